@@ -1,0 +1,121 @@
+--- The `relay` command line: one lua-argparse parser, one module per command
+-- under relay.cmd, one protected call. Runs inside the host's main task, so
+-- commands may use the yielding APIs (Redis, sleep, processes).
+local argparse = require("argparse")
+local exit = require("relay.exit")
+
+local _M = {}
+
+-- Every command of relay.md section 6, in the order `relay --help` lists them.
+local COMMANDS = {
+    { "run", "Run the daemon: consume, dispatch, reclaim, schedule, trim." },
+    { "dev", "Like run, with a private redis-server when REDIS_URL is unset." },
+    { "publish", "Append an external event (a JSON object) to the stream." },
+    { "match", "Show which invocations an event would start." },
+    { "app", "List, validate, invoke, pause and resume apps." },
+    { "dlq", "List, inspect, replay and remove dead letters." },
+    { "schedule", "List schedules and their next occurrences." },
+    { "status", "Show stream, group, consumers, DLQ and paused apps." },
+    { "version", "Show the versions of relay and its libraries." },
+}
+
+
+local function module_exists(name)
+    return package.searchpath(name, package.path) ~= nil
+end
+
+
+local function not_implemented(name)
+    return {
+        configure = function(cmd)
+            cmd:argument("rest", "arguments"):args("*")
+            cmd:handle_options(false)
+        end,
+        execute = function()
+            exit.usage(name .. " is not implemented yet")
+        end,
+    }
+end
+
+
+local function command_module(name)
+    local module_name = "relay.cmd." .. name
+    if not module_exists(module_name) then
+        return not_implemented(name)
+    end
+    return require(module_name)
+end
+
+
+local function build_parser(modules)
+    local parser = argparse("relay", "Relay: dispatch events from a Redis stream to handlers in containers.")
+        :command_target("command")
+        :require_command(true)
+        :help_max_width(100)
+    for _, entry in ipairs(COMMANDS) do
+        local name, summary = entry[1], entry[2]
+        local cmd = parser:command(name, summary)
+        modules[name] = command_module(name)
+        modules[name].configure(cmd)
+    end
+    return parser
+end
+
+
+local function report(err)
+    if exit.is_exit(err) then
+        return err
+    end
+    return { code = 1, message = "internal error: " .. debug.traceback(tostring(err), 2) }
+end
+
+
+--- Runs a Lua file inside the host with `arg` set (the spec launcher and
+-- developer scripts); not a user command.
+local function run_script(argv)
+    local path = argv[2]
+    if not path then
+        io.stderr:write("relay: x-lua needs a script path\n")
+        return 2
+    end
+    local script_args = { [0] = path }
+    for i = 3, #argv do
+        script_args[#script_args + 1] = argv[i]
+    end
+    rawset(_G, "arg", script_args)
+    local chunk, err = loadfile(path)
+    if not chunk then
+        io.stderr:write("relay: ", err, "\n")
+        return 2
+    end
+    local result = chunk(unpack(script_args))
+    return type(result) == "number" and result or 0
+end
+
+
+--- Entry point called by src/main.c with argv (without the program name).
+-- @return the process exit code
+function _M.main(argv)
+    if argv[1] == "x-lua" then
+        return run_script(argv)
+    end
+    local modules = {}
+    local parser = build_parser(modules)
+    local ok, args = parser:pparse(argv)
+    if not ok then
+        io.stderr:write("relay: ", args, " (see relay --help)\n")
+        return 2
+    end
+    local success, result = xpcall(function()
+        return modules[args.command].execute(args)
+    end, report)
+    io.stdout:flush()
+    if not success then
+        io.stderr:write("relay: ", result.message, "\n")
+        return result.code
+    end
+    return type(result) == "number" and result or 0
+end
+
+
+return _M

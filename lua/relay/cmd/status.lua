@@ -1,0 +1,109 @@
+--- relay status: the stream, the group, its consumers, the DLQ, the fleet
+-- counters and the paused apps, as text or one JSON object.
+local cjson = require("cjson")
+local config = require("relay.config")
+local exit = require("relay.exit")
+local redis = require("relay.redis")
+local keys = require("relay.keys")
+
+local _M = {}
+
+
+function _M.configure(cmd)
+    cmd:flag("--json", "One JSON object.")
+    config.add_flags(cmd, { "redis_url", "stream", "group" })
+end
+
+
+local function must(value, err, kind)
+    if value == nil and kind == "io" then
+        exit.env(err)
+    end
+    return value, err
+end
+
+
+local function group_info(client, cfg)
+    local groups = must(client:call("XINFO", "GROUPS", cfg.stream))
+    for _, flat in ipairs(groups or {}) do
+        local g = redis.pairs_to_table(flat)
+        if g.name == cfg.group then
+            return g
+        end
+    end
+    return nil
+end
+
+
+local function consumers(client, cfg)
+    local list = {}
+    local reply = must(client:call("XINFO", "CONSUMERS", cfg.stream, cfg.group))
+    for _, flat in ipairs(reply or {}) do
+        local c = redis.pairs_to_table(flat)
+        list[#list + 1] = { name = c.name, pending = c.pending, idle_ms = c.idle }
+    end
+    return list
+end
+
+
+local function collect(client, cfg)
+    local k = keys.for_stream(cfg.stream)
+    local status = { stream = cfg.stream, group = cfg.group }
+    status.length = must(client:call("XLEN", cfg.stream))
+    local g = group_info(client, cfg)
+    status.group_exists = g ~= nil
+    if g then
+        status.lag = g.lag ~= redis.null and g.lag or cjson.null
+        status.pending = g.pending
+        status.last_delivered_id = g["last-delivered-id"]
+        status.consumers = consumers(client, cfg)
+    else
+        status.consumers = {}
+    end
+    status.dlq_length = must(client:call("XLEN", k.dlq))
+    local missing = must(client:call("HGET", k.stats, "missing_payload_total"))
+    status.missing_payload_total = tonumber(missing ~= redis.null and missing or 0)
+    local paused = must(client:call("SMEMBERS", k.paused)) or {}
+    table.sort(paused)
+    status.paused_apps = paused
+    return status
+end
+
+
+local function print_text(s)
+    print(string.format("stream\t%s\tlength %d", s.stream, s.length))
+    if s.group_exists then
+        print(string.format("group\t%s\tlag %s\tpending %d\tlast-delivered %s", s.group,
+            s.lag == cjson.null and "unknown" or tostring(s.lag), s.pending, s.last_delivered_id))
+    else
+        print(string.format("group\t%s\tnot created yet", s.group))
+    end
+    for _, c in ipairs(s.consumers) do
+        print(string.format("consumer\t%s\tpending %d\tidle %.1fs", c.name, c.pending, c.idle_ms / 1000))
+    end
+    print(string.format("dlq\tlength %d", s.dlq_length))
+    print(string.format("missing_payload_total\t%d", s.missing_payload_total))
+    print("paused\t" .. (#s.paused_apps > 0 and table.concat(s.paused_apps, ",") or "-"))
+end
+
+
+function _M.execute(args)
+    local cfg, err = config.load(nil, args)
+    if not cfg then
+        exit.env(err)
+    end
+    local client = redis.connect_cli(cfg)
+    local status = collect(client, cfg)
+    client:close()
+    if args.json then
+        setmetatable(status.paused_apps, cjson.array_mt)
+        setmetatable(status.consumers, cjson.array_mt)
+        print(cjson.encode(status))
+    else
+        print_text(status)
+    end
+    return 0
+end
+
+
+return _M

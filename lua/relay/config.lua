@@ -1,0 +1,290 @@
+--- Configuration: the environment of relay.md section 1, overridden by flags.
+-- Every value is validated strictly; a bad one is an error naming the
+-- variable (or flag) and the value. Nothing silently falls back.
+local duration = require("relay.duration")
+
+local _M = {}
+
+local MAX_CONCURRENCY_LIMIT = 1024
+local MAX_EVENT_BYTES_LIMIT = 512 * 1024 * 1024
+
+-- variable, flag, config key, default (a function for computed defaults), parser
+local SETTINGS = {}
+
+
+local function hostname()
+    local f = io.open("/proc/sys/kernel/hostname", "r")
+    local name = f and f:read("*l")
+    if f then
+        f:close()
+    end
+    return (name and name ~= "") and name or "localhost"
+end
+
+
+local function default_state_dir(env)
+    local uid_file = io.open("/proc/self/status", "r")
+    local uid
+    if uid_file then
+        for line in uid_file:lines() do
+            uid = uid or line:match("^Uid:%s+(%d+)")
+        end
+        uid_file:close()
+    end
+    if uid == "0" then
+        return "/run/relay"
+    end
+    local xdg = env.XDG_RUNTIME_DIR
+    if xdg and xdg ~= "" then
+        return xdg .. "/relay"
+    end
+    return "/tmp/relay-" .. (uid or "user")
+end
+
+
+local function percent_decode(s)
+    return (s:gsub("%%(%x%x)", function(hex) return string.char(tonumber(hex, 16)) end))
+end
+
+
+local function parse_db(text)
+    if not text:match("^%d+$") or tonumber(text) > 1000000 then
+        return nil, "the database must be a whole number"
+    end
+    return tonumber(text)
+end
+
+
+local function parse_unix_url(rest)
+    local path, query = rest:match("^(/[^?]*)(.*)$")
+    if not path or path == "/" then
+        return nil, "a unix URL needs an absolute socket path (unix:///path/to/sock)"
+    end
+    local db = 0
+    if query ~= "" then
+        local value = query:match("^%?db=(.*)$")
+        if not value then
+            return nil, "the only query parameter is ?db=N"
+        end
+        local err
+        db, err = parse_db(value)
+        if not db then
+            return nil, err
+        end
+    end
+    return { path = path, db = db }
+end
+
+
+local function parse_tcp_url(rest)
+    local auth, hostport, path = rest:match("^([^@/]*@)(.-)(/?.*)$")
+    if not auth then
+        auth, hostport, path = "", rest:match("^([^/]*)(/?.*)$")
+    end
+    local addr = { db = 0 }
+    if auth ~= "" then
+        local user, password = auth:sub(1, -2):match("^([^:]*):(.*)$")
+        if not user then
+            return nil, "credentials must be user:password@ (or :password@)"
+        end
+        addr.user = user ~= "" and percent_decode(user) or nil
+        addr.password = percent_decode(password)
+    end
+    local host, port = hostport:match("^%[(.+)%]:?(%d*)$")
+    if not host then
+        host, port = hostport:match("^([^:]+):?(%d*)$")
+    end
+    if not host or host == "" or (hostport:find(":") and port == "" and not hostport:find("%]$")) then
+        return nil, "expected host:port"
+    end
+    port = port ~= "" and tonumber(port) or 6379
+    if port < 1 or port > 65535 then
+        return nil, "the port must be 1..65535"
+    end
+    addr.host, addr.port = host, port
+    if path ~= "" and path ~= "/" then
+        local err
+        addr.db, err = parse_db(path:sub(2))
+        if not addr.db then
+            return nil, err
+        end
+    end
+    return addr
+end
+
+
+--- Parses a REDIS_URL into an address table for relay.core.redis.
+-- @return {host, port, path, user, password, db} | nil, reason
+function _M.parse_redis_url(url)
+    local rest = url:match("^unix://(.*)$")
+    if rest then
+        return parse_unix_url(rest)
+    end
+    rest = url:match("^redis://(.*)$")
+    if rest then
+        return parse_tcp_url(rest)
+    end
+    return nil, "expected redis://[user:password@]host:port/db or unix:///path/to/sock[?db=N]"
+end
+
+
+local function parse_nonempty_name(value)
+    if value == "" or value:find("[%s%c]") then
+        return nil, "must be non-empty, without spaces or control characters"
+    end
+    return value
+end
+
+
+local function parse_consumer(value)
+    if not value:match("^[A-Za-z0-9_.-]+$") then
+        return nil, "must match [A-Za-z0-9_.-]+ (it names containers and keys)"
+    end
+    return value
+end
+
+
+local function parse_concurrency(value)
+    local n = value:match("^%d+$") and tonumber(value)
+    if not n or n < 1 or n > MAX_CONCURRENCY_LIMIT then
+        return nil, "must be a whole number from 1 to " .. MAX_CONCURRENCY_LIMIT
+    end
+    return n
+end
+
+
+local function one_of(...)
+    local allowed = { ... }
+    return function(value)
+        for _, option in ipairs(allowed) do
+            if value == option then
+                return value
+            end
+        end
+        return nil, "must be one of " .. table.concat(allowed, ", ")
+    end
+end
+
+
+local function parse_path(value)
+    if value == "" then
+        return nil, "must not be empty"
+    end
+    return value
+end
+
+
+local function parse_listen_addr(value)
+    local host, port = value:match("^%[?([^%]]*)%]?:(%d+)$")
+    port = tonumber(port)
+    if not host or not port or port < 1 or port > 65535 then
+        return nil, "expected host:port (port 1..65535)"
+    end
+    return { host = host ~= "" and host or "0.0.0.0", port = port, text = value }
+end
+
+
+local function parse_retention(value)
+    if value == "0" then
+        return 0
+    end
+    return duration.parse_duration(value)
+end
+
+
+local function parse_event_bytes(value)
+    local n, err = duration.parse_size(value:match("^%d+$") and tonumber(value) or value)
+    if not n then
+        return nil, err
+    end
+    if n < 2 or n > MAX_EVENT_BYTES_LIMIT then
+        return nil, "must be between 2 bytes and 512Mi"
+    end
+    return n
+end
+
+
+local function setting(var, flag, key, default, parse)
+    SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse }
+end
+
+setting("REDIS_URL", "redis-url", "redis_url", "redis://127.0.0.1:6379/0", _M.parse_redis_url)
+setting("REDIS_STREAM", "stream", "stream", "events", parse_nonempty_name)
+setting("REDIS_GROUP", "group", "group", "relay", parse_nonempty_name)
+setting("RELAY_CONSUMER", "consumer", "consumer", hostname, parse_consumer)
+setting("MAX_CONCURRENCY", "max-concurrency", "max_concurrency", "4", parse_concurrency)
+setting("RELAY_APPS", "apps", "apps", "./apps", parse_path)
+setting("RELAY_RUNTIME", "runtime", "runtime", "auto", one_of("auto", "runc", "bwrap", "docker", "podman"))
+setting("RELAY_STATE_DIR", "state-dir", "state_dir", default_state_dir, parse_path)
+setting("RELAY_LOG_LEVEL", "log-level", "log_level", "info", one_of("debug", "info", "warn", "error"))
+setting("RELAY_LOG_FORMAT", "log-format", "log_format", "text", one_of("text", "json"))
+setting("RELAY_METRICS_ADDR", "metrics-addr", "metrics_addr", nil, parse_listen_addr)
+setting("RELAY_HOOKS", "hooks", "hooks", nil, parse_path)
+setting("RELAY_RETENTION", "retention", "retention_ms", "24h", parse_retention)
+setting("RELAY_MAX_EVENT_BYTES", nil, "max_event_bytes", "1Mi", parse_event_bytes)
+
+
+local function flag_field(flag)
+    return flag and flag:gsub("-", "_")
+end
+
+
+--- Adds the flags of the named config keys (all when keys is nil) to an
+-- argparse command.
+function _M.add_flags(parser, keys)
+    local wanted
+    if keys then
+        wanted = {}
+        for _, key in ipairs(keys) do
+            wanted[key] = true
+        end
+    end
+    for _, s in ipairs(SETTINGS) do
+        if s.flag and (not wanted or wanted[s.key]) then
+            parser:option("--" .. s.flag, "overrides " .. s.var):argname("<value>")
+        end
+    end
+end
+
+
+local function environment()
+    local env = {}
+    for _, s in ipairs(SETTINGS) do
+        env[s.var] = os.getenv(s.var)
+    end
+    env.XDG_RUNTIME_DIR = os.getenv("XDG_RUNTIME_DIR")
+    return env
+end
+
+
+--- Builds the configuration from env (default: the process environment)
+-- and flags (parsed argparse results; a flag wins over its variable).
+-- @return cfg | nil, "REDIS_URL=…: reason"
+function _M.load(env, flags)
+    env = env or environment()
+    flags = flags or {}
+    local cfg = {}
+    for _, s in ipairs(SETTINGS) do
+        local source, raw = s.var, env[s.var]
+        local from_flag = s.flag and flags[flag_field(s.flag)]
+        if from_flag ~= nil then
+            source, raw = "--" .. s.flag, from_flag
+        end
+        if raw == nil then
+            raw = type(s.default) == "function" and s.default(env) or s.default
+            source = s.var .. " (default)"
+        end
+        if raw ~= nil then
+            local value, err = s.parse(raw)
+            if value == nil then
+                return nil, string.format("invalid %s=%s: %s", source, raw, err)
+            end
+            cfg[s.key] = value
+        end
+    end
+    cfg.redis_url_text = flags.redis_url or env.REDIS_URL or "redis://127.0.0.1:6379/0"
+    return cfg
+end
+
+
+return _M

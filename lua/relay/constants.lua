@@ -1,0 +1,55 @@
+--- The fixed lifecycle internals of events.md and relay.md section 1, defined
+-- here and only here. They are never read from the environment: a test build
+-- (cmake -DRELAY_TEST_CONSTANTS=ON) compiles compressed values so integration
+-- suites finish in minutes; release builds have these.
+local build = require("relay.core.build")
+
+local _M = {}
+
+local SECOND = 1000
+local MINUTE = 60 * SECOND
+
+local RELEASE = {
+    default_retries = 4,
+    backoff_ms = { 1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE },
+    min_pending_idle_ms = 1 * MINUTE,
+    reclaim_every_ms = 15 * SECOND,
+    slot_wait_ms = 30 * SECOND,
+    lease_margin_ms = 30 * SECOND,
+    kill_grace_ms = 2 * SECOND,
+    read_block_ms = 5 * SECOND,
+    heartbeat_every_ms = 5 * SECOND,
+    heartbeat_ttl_ms = 15 * SECOND,
+    terminal_retention_ms = 7 * 24 * 60 * MINUTE,
+}
+
+-- Every wait divided by 60 (minutes become seconds); the shape is unchanged.
+local COMPRESSED = {
+    default_retries = 4,
+    backoff_ms = { 1 * SECOND, 2 * SECOND, 5 * SECOND, 10 * SECOND },
+    min_pending_idle_ms = 1 * SECOND,
+    reclaim_every_ms = 250,
+    slot_wait_ms = 500,
+    lease_margin_ms = 500,
+    kill_grace_ms = 500,
+    read_block_ms = 200,
+    heartbeat_every_ms = 250,
+    heartbeat_ttl_ms = 1 * SECOND,
+    terminal_retention_ms = 7 * 24 * MINUTE,
+}
+
+local chosen = build.test_constants and COMPRESSED or RELEASE
+for key, value in pairs(chosen) do
+    _M[key] = value
+end
+_M.compressed = build.test_constants and true or false
+
+
+--- The backoff before attempt n+1 after n failed attempts (1-based).
+function _M.backoff_after(failed_attempts)
+    local ladder = _M.backoff_ms
+    return ladder[math.min(failed_attempts, #ladder)]
+end
+
+
+return _M

@@ -1,0 +1,123 @@
+--- Relay's log: text or JSON lines on stderr (relay.md section 7).
+--   log.info("message", { key = value, ... })
+-- Handler output goes through log.handler_line, which writes at every level.
+local core = require("relay.core.log")
+local cjson = require("cjson.safe")
+
+local _M = {}
+
+local LEVELS = { debug = true, info = true, warn = true, error = true }
+local FORMATS = { text = true, json = true }
+
+local on_log  -- the hooks' on_log, when one is loaded
+
+
+local function sorted_keys(fields)
+    local keys = {}
+    for key in pairs(fields) do
+        keys[#keys + 1] = key
+    end
+    table.sort(keys)
+    return keys
+end
+
+
+local function text_value(value)
+    local s = tostring(value)
+    if s == "" or s:find("[%s\"=]") then
+        return string.format("%q", s)
+    end
+    return s
+end
+
+
+local function json_value(value)
+    local kind = type(value)
+    if kind == "string" then
+        return core.json_quote(value)
+    elseif kind == "number" then
+        if value ~= value or value == math.huge or value == -math.huge then
+            return core.json_quote(tostring(value))
+        end
+        if value % 1 == 0 and math.abs(value) < 2 ^ 53 then
+            return string.format("%d", value)
+        end
+        return string.format("%.17g", value)
+    elseif kind == "boolean" then
+        return tostring(value)
+    elseif kind == "table" then
+        return cjson.encode(value) or core.json_quote(tostring(value))
+    end
+    return core.json_quote(tostring(value))
+end
+
+
+local function render_fields(fields)
+    if not fields or next(fields) == nil then
+        return nil
+    end
+    local parts = {}
+    local json = core.is_json()
+    for _, key in ipairs(sorted_keys(fields)) do
+        if json then
+            parts[#parts + 1] = "," .. core.json_quote(tostring(key)) .. ":" .. json_value(fields[key])
+        else
+            parts[#parts + 1] = " " .. tostring(key) .. "=" .. text_value(fields[key])
+        end
+    end
+    return table.concat(parts)
+end
+
+
+local function emit(level, msg, fields)
+    if not core.enabled(level) then
+        return
+    end
+    if on_log then
+        local ok, keep = pcall(on_log, { level = level, msg = msg, fields = fields })
+        if ok and keep == false then
+            return
+        end
+    end
+    core.write(level, tostring(msg), render_fields(fields))
+end
+
+
+function _M.debug(msg, fields) emit("debug", msg, fields) end
+function _M.info(msg, fields) emit("info", msg, fields) end
+function _M.warn(msg, fields) emit("warn", msg, fields) end
+function _M.error(msg, fields) emit("error", msg, fields) end
+
+
+--- Applies RELAY_LOG_LEVEL / RELAY_LOG_FORMAT (already validated by config).
+function _M.configure(level, format)
+    assert(LEVELS[level], "bad log level")
+    assert(FORMATS[format], "bad log format")
+    core.configure(level, format == "json")
+end
+
+
+--- Installs (or removes, with nil) the hooks' on_log function.
+function _M.set_hook(fn)
+    on_log = fn
+end
+
+
+--- One line of handler output, written regardless of the level.
+-- ctx = { app, handler, message_id, attempt }; stream = "stdout"|"stderr".
+function _M.handler_line(ctx, stream, line)
+    if core.is_json() then
+        core.write("info", "handler output", render_fields({
+            app = ctx.app, handler = ctx.handler, message_id = ctx.message_id,
+            attempt = ctx.attempt, stream = stream, line = line,
+        }))
+        return
+    end
+    core.raw_line(string.format("[%s/%s %s#%d] ", ctx.app, ctx.handler, ctx.message_id, ctx.attempt), line)
+end
+
+
+_M.json_quote = core.json_quote
+
+
+return _M

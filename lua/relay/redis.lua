@@ -1,0 +1,98 @@
+--- Redis helpers over relay.core.redis: connecting from a config, and
+-- running server-side scripts with EVALSHA that survive a script-cache
+-- flush or a Redis restart (NOSCRIPT → SCRIPT LOAD → retry once).
+local core = require("relay.core.redis")
+local exit = require("relay.exit")
+
+local _M = {}
+
+_M.null = core.null
+
+local CONNECT_TIMEOUT_S = 5
+
+local script_sha = {}  -- script text → sha1, filled by SCRIPT LOAD
+
+
+local function describe(cfg)
+    return cfg.redis_url_text or "redis"
+end
+
+
+--- A blocking client for a short CLI command; exits 2 naming the address
+-- when Redis cannot be reached within 5 s.
+function _M.connect_cli(cfg)
+    local client, err = core.connect_blocking(cfg.redis_url, CONNECT_TIMEOUT_S)
+    if not client then
+        exit.env(err .. " (REDIS_URL=" .. describe(cfg) .. ")")
+    end
+    return client
+end
+
+
+--- An async client for the daemon; parks the task until connected.
+-- @return client | nil, err
+function _M.connect(cfg)
+    local client, err, failed = core.connect(cfg.redis_url, CONNECT_TIMEOUT_S)
+    if not client then
+        if failed then
+            failed:close()
+        end
+        return nil, string.format("cannot connect to redis (REDIS_URL=%s): %s", describe(cfg), err)
+    end
+    return client
+end
+
+
+local function load_script(client, script)
+    local sha, err, kind = client:call("SCRIPT", "LOAD", script)
+    if not sha then
+        return nil, err, kind
+    end
+    script_sha[script] = sha
+    return sha
+end
+
+
+--- Runs a Lua script on the server. keys and args are arrays.
+-- @return value | nil, err, kind
+function _M.eval(client, script, keys, args)
+    local sha = script_sha[script]
+    local err, kind
+    if not sha then
+        sha, err, kind = load_script(client, script)
+        if not sha then
+            return nil, err, kind
+        end
+    end
+    local argv = { "EVALSHA", sha, #keys }
+    for _, key in ipairs(keys) do
+        argv[#argv + 1] = key
+    end
+    for _, arg in ipairs(args or {}) do
+        argv[#argv + 1] = arg
+    end
+    local value
+    value, err, kind = client:call(argv)
+    if value == nil and kind == "reply" and err:find("^NOSCRIPT") then
+        sha, err, kind = load_script(client, script)
+        if not sha then
+            return nil, err, kind
+        end
+        argv[2] = sha
+        return client:call(argv)
+    end
+    return value, err, kind
+end
+
+
+--- Converts a flat Redis field/value array to a table.
+function _M.pairs_to_table(flat)
+    local t = {}
+    for i = 1, #flat - 1, 2 do
+        t[flat[i]] = flat[i + 1]
+    end
+    return t
+end
+
+
+return _M

@@ -1,0 +1,136 @@
+-- relay.core.redis against a real redis-server on a private unix socket.
+local loop = require("relay.core.loop")
+local sync = require("relay.sync")
+local redis = require("relay.redis")
+local core = require("relay.core.redis")
+local redis_server = require("helpers.redis")
+
+describe("redis client", function()
+    local server
+
+    before_each(function()
+        server = redis_server.start()
+    end)
+
+    after_each(function()
+        server:stop()
+    end)
+
+    it("maps replies to Lua values", function()
+        local c = assert(redis.connect(server.cfg))
+        assert.are.same({ ok = "OK" }, c:call("SET", "k", "v"))
+        assert.are.equal("v", c:call("GET", "k"))
+        assert.are.equal(redis.null, c:call("GET", "missing"))
+        assert.are.equal(3, c:call("RPUSH", "l", "a", 1, 1700000000123))
+        assert.are.same({ "a", "1", "1700000000123" }, c:call("LRANGE", "l", 0, -1))
+        local value, err, kind = c:call("INCR", "k")
+        assert.is_nil(value)
+        assert.matches("^ERR", err)
+        assert.are.equal("reply", kind)
+        local nested = c:call("EVAL", "return {1, redis.error_reply('bad'), false}", 0)
+        assert.are.equal(1, nested[1])
+        assert.matches("bad", nested[2].err)
+        assert.are.equal(redis.null, nested[3])
+        c:close()
+    end)
+
+    it("runs concurrent commands from many tasks on one connection", function()
+        local c = assert(redis.connect(server.cfg))
+        local tasks = {}
+        for i = 1, 50 do
+            tasks[i] = sync.spawn(function()
+                return c:call("INCRBY", "counter", i)
+            end)
+        end
+        for i = 1, 50 do
+            assert.is_true((tasks[i].join(5)))
+        end
+        assert.are.equal(tostring(50 * 51 / 2), c:call("GET", "counter"))
+        c:close()
+    end)
+
+    it("reports a connection lost mid-command as an io error, then reconnects", function()
+        local c = assert(redis.connect(server.cfg))
+        local blocked = sync.spawn(function()
+            return c:call_timeout(30, "BLPOP", "nothing", 20)
+        end)
+        loop.sleep(0.1)
+        -- Kill the client connection server-side while BLPOP is pending.
+        server:cli("CLIENT KILL TYPE normal")
+        local ok, value, err, kind = blocked.join(5)
+        assert.is_true(ok)
+        assert.is_nil(value)
+        assert.matches("connection lost", err)
+        assert.are.equal("io", kind)
+        -- The client reconnects by itself with backoff.
+        local deadline = loop.monotonic() + 5
+        while not c:connected() and loop.monotonic() < deadline do
+            loop.sleep(0.05)
+        end
+        assert.is_true(c:connected())
+        assert.are.same({ ok = "PONG" }, c:call("PING"))
+        assert.is_true(c:info().reconnects >= 1)
+        c:close()
+    end)
+
+    it("fails a command whose reply does not come within its watchdog", function()
+        local c = assert(redis.connect(server.cfg))
+        local started = loop.monotonic()
+        local value, err, kind = c:call_timeout(0.2, "BLPOP", "nothing", 5)
+        assert.is_nil(value)
+        assert.matches("timeout", err)
+        assert.are.equal("io", kind)
+        assert.is_true(loop.monotonic() - started < 1)
+        c:close()
+    end)
+
+    it("fails fast with the address when redis is unreachable", function()
+        local cfg = server:config({ REDIS_URL = "redis://127.0.0.1:1/0" })
+        local started = loop.monotonic()
+        local c, err = redis.connect(cfg)
+        assert.is_nil(c)
+        assert.matches("127.0.0.1:1", err)
+        assert.is_true(loop.monotonic() - started < 5.5)
+        local sync_client, sync_err = core.connect_blocking(cfg.redis_url, 1)
+        assert.is_nil(sync_client)
+        assert.matches("127.0.0.1:1", sync_err)
+    end)
+
+    it("fails calls at once while disconnected instead of queueing them", function()
+        local c = assert(redis.connect(server.cfg))
+        server:stop()
+        loop.sleep(0.1)
+        local value, err, kind = c:call("PING")
+        assert.is_nil(value)
+        assert.are.equal("io", kind)
+        assert.is_string(err)
+        c:close()
+        server = redis_server.start()
+    end)
+
+    it("reloads a script after NOSCRIPT", function()
+        local c = assert(redis.connect(server.cfg))
+        local script = "return redis.call('INCR', KEYS[1])"
+        assert.are.equal(1, redis.eval(c, script, { "n" }, {}))
+        assert.are.same({ ok = "OK" }, c:call("SCRIPT", "FLUSH"))
+        assert.are.equal(2, redis.eval(c, script, { "n" }, {}))
+        c:close()
+    end)
+
+    it("selects the database and authenticates from the URL", function()
+        server:stop()
+        server = redis_server.start("--requirepass s3cret")
+        local cfg = server:config({ REDIS_URL = "unix://" .. server.sock .. "?db=3" })
+        cfg.redis_url.password = "s3cret"
+        local c = assert(redis.connect(cfg))
+        c:call("SET", "where", "db3")
+        local blocking = assert(core.connect_blocking(cfg.redis_url, 1))
+        assert.are.equal("db3", blocking:call("GET", "where"))
+        assert.are.equal(redis.null, (assert(core.connect_blocking(
+            { path = server.sock, password = "s3cret", db = 0 }, 1)):call("GET", "where")))
+        local _, err = core.connect_blocking({ path = server.sock, password = "wrong", db = 0 }, 1)
+        assert.matches("AUTH", err)
+        c:close()
+        blocking:close()
+    end)
+end)

@@ -1,0 +1,121 @@
+/*
+ * relay.core.log: the Lua face of the log sink (src/log.c).
+ */
+#include <stdlib.h>
+
+#include "lua_bridge.h"
+#include "relay/log.h"
+
+static const char *const LEVEL_NAMES[] = {"debug", "info", "warn", "error", NULL};
+
+
+/***
+ * @function log.configure(level, json)
+ * @param level "debug"|"info"|"warn"|"error"
+ * @param json boolean: one JSON object per line
+ */
+static int
+lua_log_configure(lua_State *L)
+{
+    int level = luaL_checkoption(L, 1, NULL, LEVEL_NAMES);
+
+    relay_log_configure((relay_log_level) level, lua_toboolean(L, 2));
+    return 0;
+}
+
+
+/***
+ * @function log.enabled(level)
+ * @return whether records of that level are written
+ */
+static int
+lua_log_enabled(lua_State *L)
+{
+    lua_pushboolean(L, relay_log_enabled((relay_log_level) luaL_checkoption(L, 1, NULL, LEVEL_NAMES)));
+    return 1;
+}
+
+
+/***
+ * @function log.write(level, msg, rendered_fields)
+ * Writes one record; rendered_fields is already in the current format.
+ */
+static int
+lua_log_write(lua_State *L)
+{
+    int level = luaL_checkoption(L, 1, NULL, LEVEL_NAMES);
+    size_t msg_len, fields_len = 0;
+    const char *msg = luaL_checklstring(L, 2, &msg_len);
+    const char *fields = luaL_optlstring(L, 3, NULL, &fields_len);
+
+    relay_log_write((relay_log_level) level, msg, msg_len, fields, fields_len);
+    return 0;
+}
+
+
+/***
+ * @function log.raw_line(prefix, line)
+ * Writes prefix .. line .. "\n" with one write (handler output, text mode).
+ */
+static int
+lua_log_raw_line(lua_State *L)
+{
+    size_t prefix_len, line_len;
+    const char *prefix = luaL_checklstring(L, 1, &prefix_len);
+    const char *line = luaL_checklstring(L, 2, &line_len);
+
+    relay_log_raw_line(prefix, prefix_len, line, line_len);
+    return 0;
+}
+
+
+/***
+ * @function log.json_quote(s)
+ * @return s as a JSON string literal; invalid UTF-8 becomes U+FFFD
+ */
+static int
+lua_log_json_quote(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    size_t need = relay_json_quote(s, len, NULL, 0);
+    char *out = malloc(need);
+
+    if (out == NULL) {
+        return luaL_error(L, "out of memory");
+    }
+    relay_json_quote(s, len, out, need);
+    lua_pushlstring(L, out, need);
+    free(out);
+    return 1;
+}
+
+
+/***
+ * @function log.is_json()
+ */
+static int
+lua_log_is_json(lua_State *L)
+{
+    lua_pushboolean(L, relay_log_json());
+    return 1;
+}
+
+
+int
+luaopen_relay_core_log(lua_State *L)
+{
+    static const luaL_Reg functions[] = {
+        {"configure", lua_log_configure},
+        {"enabled", lua_log_enabled},
+        {"write", lua_log_write},
+        {"raw_line", lua_log_raw_line},
+        {"json_quote", lua_log_json_quote},
+        {"is_json", lua_log_is_json},
+        {NULL, NULL},
+    };
+
+    lua_newtable(L);
+    luaL_register(L, NULL, functions);
+    return 1;
+}

@@ -1,0 +1,514 @@
+/*
+ * relay.core.redis: Redis for Lua.
+ *
+ *   local client, err = redis.connect(addr, timeout)   -- async, yields
+ *   local value, err, kind = client:call("XADD", ...)  -- yields the task
+ *   local sync, err = redis.connect_blocking(addr, timeout)
+ *
+ * Replies map to Lua values: bulk strings → strings, integers → numbers,
+ * arrays → tables, status → {ok = "OK"}, a null → redis.null (the same
+ * lightuserdata as cjson.null), an error inside an array → {err = "…"}.
+ * A top-level error reply returns nil, message, "reply"; a transport
+ * failure (lost connection, timeout, not connected) nil, message, "io".
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lua_bridge.h"
+#include "relay/redis_client.h"
+
+#define ASYNC_CLASS "relay.redis.async"
+#define SYNC_CLASS "relay.redis.sync"
+#define DEFAULT_TIMEOUT_S 10.0
+#define MAX_ARGS 4096
+
+typedef struct {
+    relay_redis *conn;
+    relay_wait_token connect_token;
+    int connect_waiting;
+    int self_ref;   /* anchors the userdata until the first handshake ends */
+} async_client;
+
+typedef struct {
+    redisContext *ctx;
+    char where[512];
+} sync_client;
+
+typedef struct {
+    relay_wait_token token;
+    relay_redis_request *req;
+} pending_call;
+
+
+static void
+push_reply(lua_State *L, const redisReply *reply, int top_level)
+{
+    switch (reply->type) {
+    case REDIS_REPLY_STRING:
+        lua_pushlstring(L, reply->str, reply->len);
+        break;
+    case REDIS_REPLY_INTEGER:
+        lua_pushnumber(L, (lua_Number) reply->integer);
+        break;
+    case REDIS_REPLY_NIL:
+        lua_pushlightuserdata(L, NULL);
+        break;
+    case REDIS_REPLY_STATUS:
+        lua_createtable(L, 0, 1);
+        lua_pushlstring(L, reply->str, reply->len);
+        lua_setfield(L, -2, "ok");
+        break;
+    case REDIS_REPLY_ERROR:
+        if (top_level) {
+            lua_pushlstring(L, reply->str, reply->len);
+        } else {
+            lua_createtable(L, 0, 1);
+            lua_pushlstring(L, reply->str, reply->len);
+            lua_setfield(L, -2, "err");
+        }
+        break;
+    case REDIS_REPLY_ARRAY:
+        lua_checkstack(L, 4);
+        lua_createtable(L, (int) reply->elements, 0);
+        for (size_t i = 0; i < reply->elements; i++) {
+            push_reply(L, reply->element[i], 0);
+            lua_rawseti(L, -2, (int) i + 1);
+        }
+        break;
+    default:
+        lua_pushnil(L);
+        break;
+    }
+}
+
+
+/* Pushes the Lua result triple for a reply (or a transport error). */
+static int
+push_result(lua_State *L, const redisReply *reply, const char *io_error)
+{
+    if (reply == NULL) {
+        lua_pushnil(L);
+        lua_pushstring(L, io_error ? io_error : "no reply");
+        lua_pushliteral(L, "io");
+        return 3;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        lua_pushnil(L);
+        push_reply(L, reply, 1);
+        lua_pushliteral(L, "reply");
+        return 3;
+    }
+    push_reply(L, reply, 1);
+    return 1;
+}
+
+
+static void
+read_addr(lua_State *L, int idx, relay_redis_addr *addr)
+{
+    luaL_checktype(L, idx, LUA_TTABLE);
+    memset(addr, 0, sizeof(*addr));
+    lua_getfield(L, idx, "path");
+    addr->path = (char *) lua_tostring(L, -1);
+    lua_getfield(L, idx, "host");
+    addr->host = (char *) lua_tostring(L, -1);
+    lua_getfield(L, idx, "port");
+    addr->port = (int) lua_tointeger(L, -1);
+    lua_getfield(L, idx, "user");
+    addr->user = (char *) lua_tostring(L, -1);
+    lua_getfield(L, idx, "password");
+    addr->password = (char *) lua_tostring(L, -1);
+    lua_getfield(L, idx, "db");
+    addr->db = (int) lua_tointeger(L, -1);
+    /* The strings stay referenced by the table at idx; callers copy them
+     * before that table can be collected. */
+    lua_pop(L, 6);
+    if (addr->path == NULL && addr->host == NULL) {
+        luaL_error(L, "redis address needs host or path");
+    }
+}
+
+
+/* Collects the command words from stack positions first..top (or from the
+ * array at position first when it is a table). Numbers that are integers are
+ * written without an exponent. */
+static int
+collect_argv(lua_State *L, int first, const char **argv, size_t *argvlen)
+{
+    int from_table = lua_istable(L, first);
+    int n = from_table ? (int) lua_objlen(L, first) : lua_gettop(L) - first + 1;
+
+    luaL_argcheck(L, n > 0 && n <= MAX_ARGS, first, "a command needs 1..4096 words");
+    luaL_checkstack(L, n + 8, "too many redis command words");
+    for (int i = 0; i < n; i++) {
+        if (from_table) {
+            lua_rawgeti(L, first, i + 1);
+        } else {
+            lua_pushvalue(L, first + i);
+        }
+        if (lua_type(L, -1) == LUA_TNUMBER) {
+            lua_Number v = lua_tonumber(L, -1);
+            if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+                char buf[32];
+                snprintf(buf, sizeof(buf), "%.0f", v);
+                lua_pop(L, 1);
+                lua_pushstring(L, buf);
+            }
+        } else if (lua_type(L, -1) != LUA_TSTRING) {
+            return luaL_error(L, "redis command word %d must be a string or number, got %s", i + 1,
+                              luaL_typename(L, -1));
+        }
+        /* Converted words are kept alive on the stack until the call ends. */
+        argv[i] = lua_tolstring(L, -1, &argvlen[i]);
+    }
+    return n;
+}
+
+
+static async_client *
+check_async(lua_State *L)
+{
+    async_client *c = luaL_checkudata(L, 1, ASYNC_CLASS);
+
+    if (c->conn == NULL) {
+        luaL_error(L, "redis client is closed");
+    }
+    return c;
+}
+
+
+static void
+call_answered(void *privdata, redisReply *reply, const char *error)
+{
+    pending_call *call = privdata;
+    lua_State *mailbox = relay_wait_mailbox(call->token);
+
+    if (mailbox != NULL) {
+        /* Convert now: the reply dies when this callback returns (P6). */
+        push_result(mailbox, reply, error);
+        relay_wait_complete(call->token, NULL, NULL);
+    }
+    free(call);
+}
+
+
+static void
+call_abandoned(void *owner)
+{
+    pending_call *call = owner;
+
+    relay_redis_cancel(call->req);
+    free(call);
+}
+
+
+static int
+async_call_with(lua_State *L, double timeout_s, int first_word)
+{
+    async_client *c = check_async(L);
+    const char *argv[MAX_ARGS];
+    size_t argvlen[MAX_ARGS];
+    char err[512];
+    int argc = collect_argv(L, first_word, argv, argvlen);
+    pending_call *call = calloc(1, sizeof(*call));
+
+    if (call == NULL) {
+        return luaL_error(L, "out of memory");
+    }
+    call->req = relay_redis_command(c->conn, argc, argv, argvlen, timeout_s, call_answered, call, err, sizeof(err));
+    if (call->req == NULL) {
+        free(call);
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        lua_pushliteral(L, "io");
+        return 3;
+    }
+    call->token = relay_wait_begin(L, -1, call_abandoned, call);
+    return relay_wait_yield(L);
+}
+
+
+/***
+ * @function client:call(word, ...)
+ * Sends one command and parks the task until its reply (10 s watchdog).
+ * Words may also be given as one array table.
+ * @return value | nil, err, kind ("reply" or "io")
+ */
+static int
+lua_redis_async_call(lua_State *L)
+{
+    return async_call_with(L, DEFAULT_TIMEOUT_S, 2);
+}
+
+
+/***
+ * @function client:call_timeout(seconds, word, ...)
+ * Like call with an explicit watchdog (blocking reads: BLOCK + margin).
+ */
+static int
+lua_redis_async_call_timeout(lua_State *L)
+{
+    double timeout_s = luaL_checknumber(L, 2);
+
+    luaL_argcheck(L, timeout_s > 0, 2, "timeout must be positive");
+    return async_call_with(L, timeout_s, 3);
+}
+
+
+static void
+connect_state_changed(void *ud, int connected, const char *error)
+{
+    async_client *c = ud;
+
+    if (!c->connect_waiting) {
+        return;
+    }
+    c->connect_waiting = 0;
+    if (connected) {
+        lua_State *mailbox = relay_wait_mailbox(c->connect_token);
+        if (mailbox != NULL) {
+            lua_rawgeti(mailbox, LUA_REGISTRYINDEX, c->self_ref);
+            relay_wait_complete(c->connect_token, NULL, NULL);
+        }
+    } else {
+        /* The client is handed back too so that the caller closes it: it
+         * cannot be freed here, inside a hiredis callback. */
+        lua_State *mailbox = relay_wait_mailbox(c->connect_token);
+        if (mailbox != NULL) {
+            lua_pushnil(mailbox);
+            lua_pushstring(mailbox, error ? error : "cannot connect");
+            lua_rawgeti(mailbox, LUA_REGISTRYINDEX, c->self_ref);
+            relay_wait_complete(c->connect_token, NULL, NULL);
+        }
+    }
+    luaL_unref(relay_bridge_main_state(), LUA_REGISTRYINDEX, c->self_ref);
+    c->self_ref = LUA_NOREF;
+}
+
+
+static void
+connect_abandoned(void *owner)
+{
+    async_client *c = owner;
+    relay_redis *conn = c->conn;
+
+    /* Timed out: called from the bridge's timer, outside hiredis, so the
+     * connection can go now rather than retry in the background. */
+    c->connect_waiting = 0;
+    c->conn = NULL;
+    relay_redis_free(conn);
+    luaL_unref(relay_bridge_main_state(), LUA_REGISTRYINDEX, c->self_ref);
+    c->self_ref = LUA_NOREF;
+}
+
+
+/***
+ * @function redis.connect(addr, timeout)
+ * Opens an async client and parks the task until the first handshake
+ * succeeds or fails. addr = {host=, port=, path=, user=, password=, db=}.
+ * Afterwards the client reconnects by itself with capped backoff.
+ * @return client | nil, err[, client to close]
+ */
+static int
+lua_redis_connect(lua_State *L)
+{
+    relay_redis_addr addr;
+    double timeout_s = luaL_optnumber(L, 2, 5.0);
+    async_client *c;
+
+    read_addr(L, 1, &addr);
+    c = lua_newuserdata(L, sizeof(*c));
+    memset(c, 0, sizeof(*c));
+    c->self_ref = LUA_NOREF;
+    luaL_getmetatable(L, ASYNC_CLASS);
+    lua_setmetatable(L, -2);
+    c->conn = relay_redis_new(relay_bridge_loop(), &addr, connect_state_changed, c);
+    if (c->conn == NULL) {
+        return luaL_error(L, "out of memory");
+    }
+    lua_pushvalue(L, -1);
+    c->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    c->connect_waiting = 1;
+    c->connect_token = relay_wait_begin(L, timeout_s, connect_abandoned, c);
+    return relay_wait_yield(L);
+}
+
+
+/***
+ * @function client:connected()
+ */
+static int
+lua_redis_async_connected(lua_State *L)
+{
+    async_client *c = luaL_checkudata(L, 1, ASYNC_CLASS);
+
+    lua_pushboolean(L, c->conn != NULL && relay_redis_is_connected(c->conn));
+    return 1;
+}
+
+
+/***
+ * @function client:info()
+ * @return {address=, connected=, reconnects=, last_error=}
+ */
+static int
+lua_redis_async_info(lua_State *L)
+{
+    async_client *c = check_async(L);
+
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, relay_redis_describe(c->conn));
+    lua_setfield(L, -2, "address");
+    lua_pushboolean(L, relay_redis_is_connected(c->conn));
+    lua_setfield(L, -2, "connected");
+    lua_pushnumber(L, (lua_Number) relay_redis_reconnect_count(c->conn));
+    lua_setfield(L, -2, "reconnects");
+    lua_pushstring(L, relay_redis_last_error(c->conn));
+    lua_setfield(L, -2, "last_error");
+    return 1;
+}
+
+
+/***
+ * @function client:close()
+ * Fails every pending command with "closed" and closes the connection.
+ */
+static int
+lua_redis_async_close(lua_State *L)
+{
+    async_client *c = luaL_checkudata(L, 1, ASYNC_CLASS);
+
+    if (c->conn != NULL) {
+        relay_redis *conn = c->conn;
+        c->conn = NULL;
+        relay_redis_free(conn);
+    }
+    return 0;
+}
+
+
+/***
+ * @function redis.connect_blocking(addr, timeout)
+ * A blocking client for short CLI commands; connect and every command are
+ * bounded by timeout (default 5 s).
+ * @return client | nil, err
+ */
+static int
+lua_redis_connect_blocking(lua_State *L)
+{
+    relay_redis_addr addr;
+    double timeout_s = luaL_optnumber(L, 2, 5.0);
+    char err[768];
+    sync_client *c;
+    redisContext *ctx;
+
+    read_addr(L, 1, &addr);
+    ctx = relay_redis_connect_blocking(&addr, timeout_s, err, sizeof(err));
+    if (ctx == NULL) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    c = lua_newuserdata(L, sizeof(*c));
+    c->ctx = ctx;
+    relay_redis_addr_describe(&addr, c->where, sizeof(c->where));
+    luaL_getmetatable(L, SYNC_CLASS);
+    lua_setmetatable(L, -2);
+    return 1;
+}
+
+
+/***
+ * @function sync:call(word, ...)
+ * @return value | nil, err, kind
+ */
+static int
+lua_redis_sync_call(lua_State *L)
+{
+    sync_client *c = luaL_checkudata(L, 1, SYNC_CLASS);
+    const char *argv[MAX_ARGS];
+    size_t argvlen[MAX_ARGS];
+    redisReply *reply;
+    char err[768];
+    int argc, nret;
+
+    if (c->ctx == NULL) {
+        return luaL_error(L, "redis client is closed");
+    }
+    if (c->ctx->err) {
+        snprintf(err, sizeof(err), "redis connection to %s is broken: %s", c->where, c->ctx->errstr);
+        return push_result(L, NULL, err);
+    }
+    argc = collect_argv(L, 2, argv, argvlen);
+    reply = redisCommandArgv(c->ctx, argc, argv, argvlen);
+    if (reply == NULL) {
+        snprintf(err, sizeof(err), "redis at %s: %s", c->where, c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+        return push_result(L, NULL, err);
+    }
+    nret = push_result(L, reply, NULL);
+    freeReplyObject(reply);
+    return nret;
+}
+
+
+/***
+ * @function sync:close()
+ */
+static int
+lua_redis_sync_close(lua_State *L)
+{
+    sync_client *c = luaL_checkudata(L, 1, SYNC_CLASS);
+
+    if (c->ctx != NULL) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+    }
+    return 0;
+}
+
+
+static void
+register_class(lua_State *L, const char *name, const luaL_Reg *methods)
+{
+    luaL_newmetatable(L, name);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -2, "__index");
+    luaL_register(L, NULL, methods);
+    lua_pop(L, 1);
+}
+
+
+int
+luaopen_relay_core_redis(lua_State *L)
+{
+    static const luaL_Reg async_methods[] = {
+        {"call", lua_redis_async_call},
+        {"call_timeout", lua_redis_async_call_timeout},
+        {"connected", lua_redis_async_connected},
+        {"info", lua_redis_async_info},
+        {"close", lua_redis_async_close},
+        {"__gc", lua_redis_async_close},
+        {NULL, NULL},
+    };
+    static const luaL_Reg sync_methods[] = {
+        {"call", lua_redis_sync_call},
+        {"close", lua_redis_sync_close},
+        {"__gc", lua_redis_sync_close},
+        {NULL, NULL},
+    };
+    static const luaL_Reg functions[] = {
+        {"connect", lua_redis_connect},
+        {"connect_blocking", lua_redis_connect_blocking},
+        {NULL, NULL},
+    };
+
+    register_class(L, ASYNC_CLASS, async_methods);
+    register_class(L, SYNC_CLASS, sync_methods);
+    lua_newtable(L);
+    luaL_register(L, NULL, functions);
+    lua_pushlightuserdata(L, NULL);
+    lua_setfield(L, -2, "null");
+    return 1;
+}
