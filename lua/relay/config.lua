@@ -77,7 +77,7 @@ end
 
 
 local function parse_tcp_url(rest)
-    local auth, hostport, path = rest:match("^([^@/]*@)(.-)(/?.*)$")
+    local auth, hostport, path = rest:match("^([^@/]*@)([^/]*)(.*)$")
     if not auth then
         auth, hostport, path = "", rest:match("^([^/]*)(/?.*)$")
     end

@@ -5,7 +5,7 @@ local loop = require("relay.core.loop")
 
 local _M = {}
 
-local unpack = unpack or table.unpack
+local unpack = unpack
 
 
 --- A one-shot event: set(...) once; wait(timeout) returns those values.

@@ -1,0 +1,69 @@
+-- relay.config: every variable of relay.md section 1, strictly.
+local config = require("relay.config")
+
+describe("config", function()
+    it("has the documented defaults", function()
+        local cfg = assert(config.load({}))
+        assert.are.same({ host = "127.0.0.1", port = 6379, db = 0 }, cfg.redis_url)
+        assert.are.equal("events", cfg.stream)
+        assert.are.equal("relay", cfg.group)
+        assert.are.equal(4, cfg.max_concurrency)
+        assert.are.equal("./apps", cfg.apps)
+        assert.are.equal("auto", cfg.runtime)
+        assert.are.equal("info", cfg.log_level)
+        assert.are.equal("text", cfg.log_format)
+        assert.is_nil(cfg.metrics_addr)
+        assert.is_nil(cfg.hooks)
+        assert.are.equal(24 * 3600 * 1000, cfg.retention_ms)
+        assert.are.equal(1024 * 1024, cfg.max_event_bytes)
+        assert.is_string(cfg.consumer)
+        assert.is_string(cfg.state_dir)
+    end)
+
+    it("parses every REDIS_URL form", function()
+        local cases = {
+            ["redis://10.0.0.5:6380/2"] = { host = "10.0.0.5", port = 6380, db = 2 },
+            ["redis://localhost"] = { host = "localhost", port = 6379, db = 0 },
+            ["redis://alice:p%40ss@h:7000/1"] = { host = "h", port = 7000, db = 1, user = "alice", password = "p@ss" },
+            ["redis://:secret@h:7000"] = { host = "h", port = 7000, db = 0, password = "secret" },
+            ["unix:///run/redis.sock"] = { path = "/run/redis.sock", db = 0 },
+            ["unix:///run/redis.sock?db=5"] = { path = "/run/redis.sock", db = 5 },
+        }
+        for url, want in pairs(cases) do
+            assert.are.same(want, (config.parse_redis_url(url)), url)
+        end
+    end)
+
+    it("rejects bad values naming the variable and the value", function()
+        local cases = {
+            { MAX_CONCURRENCY = "abc" }, { MAX_CONCURRENCY = "0" }, { MAX_CONCURRENCY = "2.5" },
+            { REDIS_URL = "http://x" }, { REDIS_URL = "redis://h:99999" }, { REDIS_URL = "redis://h:1/x" },
+            { REDIS_URL = "unix://relative.sock" }, { REDIS_URL = "unix:///s?database=1" },
+            { RELAY_RUNTIME = "lxc" }, { RELAY_LOG_LEVEL = "verbose" }, { RELAY_LOG_FORMAT = "xml" },
+            { RELAY_RETENTION = "1 day" }, { RELAY_RETENTION = "-5m" }, { RELAY_MAX_EVENT_BYTES = "1Mb" },
+            { RELAY_METRICS_ADDR = "9090" }, { RELAY_CONSUMER = "a:b" }, { REDIS_STREAM = "" },
+        }
+        for _, env in ipairs(cases) do
+            local var, value = next(env)
+            local cfg, err = config.load(env)
+            assert.is_nil(cfg, var .. "=" .. value)
+            assert.is_truthy(err:find(var .. "=" .. value, 1, true), err)
+        end
+    end)
+
+    it("lets a flag override its variable and names the flag when bad", function()
+        local cfg = assert(config.load({ MAX_CONCURRENCY = "2" }, { max_concurrency = "8", stream = "s2" }))
+        assert.are.equal(8, cfg.max_concurrency)
+        assert.are.equal("s2", cfg.stream)
+        local bad, err = config.load({}, { max_concurrency = "lots" })
+        assert.is_nil(bad)
+        assert.matches("%-%-max%-concurrency=lots", err)
+    end)
+
+    it("accepts retention 0 (never trim) and sizes in bytes", function()
+        local cfg = assert(config.load({ RELAY_RETENTION = "0", RELAY_MAX_EVENT_BYTES = "4096" }))
+        assert.are.equal(0, cfg.retention_ms)
+        assert.are.equal(4096, cfg.max_event_bytes)
+        assert.are.equal(90 * 60 * 1000, assert(config.load({ RELAY_RETENTION = "1h30m" })).retention_ms)
+    end)
+end)
