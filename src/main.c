@@ -18,12 +18,14 @@ int luaopen_relay_core_loop(lua_State *L);
 int luaopen_relay_core_log(lua_State *L);
 int luaopen_relay_core_redis(lua_State *L);
 int luaopen_relay_core_build(lua_State *L);
+int luaopen_relay_core_matcher(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.loop", luaopen_relay_core_loop},
     {"relay.core.log", luaopen_relay_core_log},
     {"relay.core.redis", luaopen_relay_core_redis},
     {"relay.core.build", luaopen_relay_core_build},
+    {"relay.core.matcher", luaopen_relay_core_matcher},
     {NULL, NULL},
 };
 
@@ -41,7 +43,7 @@ static void
 find_lua_dir(char *out, size_t cap)
 {
     char exe[PATH_MAX];
-    char probe[PATH_MAX + 64];
+    char probe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
     if (n > 0) {
@@ -49,10 +51,15 @@ find_lua_dir(char *out, size_t cap)
         char *slash = strrchr(exe, '/');
         if (slash != NULL) {
             *slash = '\0';
-            snprintf(probe, sizeof(probe), "%s/../share/relay/lua/relay/cli.lua", exe);
-            if (file_exists(probe)) {
-                snprintf(out, cap, "%s/../share/relay/lua", exe);
-                return;
+            int len = snprintf(probe, sizeof(probe), "%s/../share/relay/lua", exe);
+            if (len > 0 && (size_t) len < sizeof(probe) && (size_t) len < cap) {
+                memcpy(out, probe, (size_t) len + 1);
+                if (strlen(probe) + sizeof("/relay/cli.lua") < sizeof(probe)) {
+                    strcat(probe, "/relay/cli.lua");
+                    if (file_exists(probe)) {
+                        return;
+                    }
+                }
             }
         }
     }

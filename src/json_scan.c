@@ -1,0 +1,771 @@
+/* Strict JSON scanner: one forward pass, explicit nesting stack, word-at-a-time
+ * skipping of ASCII string runs and digit runs. See include/relay/json_scan.h. */
+#include "relay/json_scan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SCAN_SWAR 1
+#else
+#define SCAN_SWAR 0
+#endif
+
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+
+typedef const unsigned char *cursor;
+
+/* Sentinel `what` for the one error that has its own wording. */
+static const char too_deep[] = "nesting";
+
+/* Where and why a scan failed; `utf8` selects the "invalid UTF-8" wording. */
+typedef struct scan_error {
+    const char *what;
+    cursor at;
+    int utf8;
+} scan_error;
+
+/* Bytes that end a plain run inside a string: '"', '\\', controls, non-ASCII. */
+static const unsigned char string_stop[256] = {
+    [0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1,
+};
+
+static const unsigned char is_space[256] = {
+    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1,
+};
+
+
+#if SCAN_SWAR && !defined(__SSE2__)
+static inline uint64_t
+load64(cursor p)
+{
+    uint64_t x;
+
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+
+/* One high bit per byte of x that is zero; exact for the lowest such byte,
+ * which is all the callers use. */
+static inline uint64_t
+zero_bytes(uint64_t x)
+{
+    return (x - ONES) & ~x & HIGHS;
+}
+#endif
+
+
+static inline cursor
+skip_space(cursor p, cursor end)
+{
+    while (p < end && is_space[*p])
+        p++;
+    return p;
+}
+
+
+static inline int
+fail(scan_error *err, const char *what, cursor at)
+{
+    err->what = what;
+    err->at = at;
+    err->utf8 = 0;
+    return -1;
+}
+
+
+#ifdef __SSE2__
+static inline uint64_t
+digit_mask16(cursor p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Shift '0'..'9' to the bottom of the signed range, then one compare. */
+    __m128i shifted = _mm_sub_epi8(x, _mm_set1_epi8((char)('0' + 128)));
+
+    return (uint64_t)_mm_movemask_epi8(_mm_cmplt_epi8(shifted, _mm_set1_epi8((char)(-128 + 10))));
+}
+
+
+/* The common short number ([-]int[.frac], under 32 bytes) from one digit
+ * bitmap of the next 32 bytes. Returns NULL when the slow path must decide. */
+static inline cursor
+scan_number_window(cursor p)
+{
+    /* Bits set where a byte is NOT a digit; bits 32..63 stand for "beyond the
+     * window", so every ctz below is defined. */
+    uint64_t other = ~(digit_mask16(p) | digit_mask16(p + 16) << 16);
+    unsigned i = *p == '-', j, n;
+
+    n = (unsigned)__builtin_ctzll(other >> i);
+    if (n == 0 || (n > 1 && p[i] == '0'))
+        return NULL;
+    j = i + n;
+    if (j < 31 && p[j] == '.') {
+        n = (unsigned)__builtin_ctzll(other >> (j + 1));
+        if (n == 0)
+            return NULL;
+        j += 1 + n;
+    }
+    if (j >= 32 || (p[j] | 0x20) == 'e')
+        return NULL;
+    return p + j;
+}
+#endif
+
+
+/* Skip [0-9]*, a vector or a word at a time. */
+static inline cursor
+skip_digits(cursor p, cursor end)
+{
+#ifdef __SSE2__
+    while (end - p >= 16) {
+        unsigned digit = (unsigned)digit_mask16(p);
+
+        if (digit != 0xffff)
+            return p + __builtin_ctz(~digit);
+        p += 16;
+    }
+#elif SCAN_SWAR
+    while (end - p >= 8) {
+        uint64_t x = load64(p);
+        uint64_t bad = ((x & UINT64_C(0xf0f0f0f0f0f0f0f0)) ^ UINT64_C(0x3030303030303030))
+                       | (((x + UINT64_C(0x0606060606060606)) & UINT64_C(0xf0f0f0f0f0f0f0f0))
+                          ^ UINT64_C(0x3030303030303030));
+
+        if (bad) {
+            /* Turn "byte nonzero" into its high bit, then find the first. */
+            bad = (bad | ((bad & ~HIGHS) + ~HIGHS)) & HIGHS;
+            return p + (__builtin_ctzll(bad) >> 3);
+        }
+        p += 8;
+    }
+#endif
+    while (p < end && (unsigned)(*p - '0') < 10)
+        p++;
+    return p;
+}
+
+
+/* Skip a number per the RFC grammar; *p is '-' or a digit. */
+static cursor
+scan_number(cursor p, cursor end, scan_error *err)
+{
+    cursor q;
+
+#ifdef __SSE2__
+    if (end - p >= 32 && (q = scan_number_window(p)))
+        return q;
+#endif
+    if (*p == '-')
+        p++;
+    if (p < end && *p == '0') {
+        p++;
+        if (p < end && (unsigned)(*p - '0') < 10) {
+            fail(err, "leading zero in number", p);
+            return NULL;
+        }
+    } else if (p < end && (unsigned)(*p - '1') < 9) {
+        p = skip_digits(p + 1, end);
+    } else {
+        fail(err, "invalid number", p);
+        return NULL;
+    }
+    if (p < end && *p == '.') {
+        q = skip_digits(p + 1, end);
+        if (q == p + 1) {
+            fail(err, "expected a digit after '.'", q);
+            return NULL;
+        }
+        p = q;
+    }
+    if (p < end && (*p | 0x20) == 'e') {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        q = skip_digits(p, end);
+        if (q == p) {
+            fail(err, "expected a digit in exponent", q);
+            return NULL;
+        }
+        p = q;
+    }
+    return p;
+}
+
+
+/* Length of the valid UTF-8 sequence at p (lead byte >= 0x80), or 0.
+ * Rejects overlongs, UTF-16 surrogates (U+D800..DFFF), code points above
+ * U+10FFFF and truncated sequences. */
+static size_t
+utf8_sequence(cursor p, cursor end)
+{
+    unsigned c = p[0], lo = 0x80, hi = 0xbf;
+    size_t n, i;
+
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4;
+    else
+        return 0;
+    if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    if ((size_t)(end - p) < n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (i = 2; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+
+static int
+hex4(cursor p, cursor end, unsigned *out)
+{
+    unsigned v = 0;
+    int i;
+
+    if (end - p < 4)
+        return -1;
+    for (i = 0; i < 4; i++) {
+        unsigned c = p[i], d;
+
+        if ((unsigned)(c - '0') < 10)
+            d = c - '0';
+        else if ((unsigned)((c | 0x20) - 'a') < 6)
+            d = (c | 0x20) - 'a' + 10;
+        else
+            return -1;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return 0;
+}
+
+
+/* Validate one escape; p points at the backslash. A \u escape that forms a
+ * lone surrogate is rejected even though RFC 8259's grammar allows it: it has
+ * no UTF-8 encoding, so the decoded event could not be valid UTF-8. */
+static cursor
+scan_escape(cursor p, cursor end, scan_error *err)
+{
+    unsigned u, lo;
+
+    if (end - p < 2) {
+        fail(err, "unterminated string", end);
+        return NULL;
+    }
+    switch (p[1]) {
+    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        return p + 2;
+    case 'u':
+        break;
+    default:
+        fail(err, "invalid escape", p);
+        return NULL;
+    }
+    if (hex4(p + 2, end, &u) < 0) {
+        fail(err, "invalid \\u escape", p);
+        return NULL;
+    }
+    if (u >= 0xdc00 && u <= 0xdfff) {
+        fail(err, "lone surrogate in \\u escape", p);
+        return NULL;
+    }
+    if (u < 0xd800 || u > 0xdbff)
+        return p + 6;
+    if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || hex4(p + 8, end, &lo) < 0
+        || lo < 0xdc00 || lo > 0xdfff) {
+        fail(err, "lone surrogate in \\u escape", p);
+        return NULL;
+    }
+    return p + 12;
+}
+
+
+/* Skip a plain run of printable ASCII other than '"' and '\\'. */
+static inline cursor
+skip_plain(cursor p, cursor end)
+{
+#ifdef __SSE2__
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* Signed compare: bytes >= 0x80 are negative, so this one test
+         * catches both controls and non-ASCII. */
+        __m128i stop = _mm_or_si128(
+            _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+            _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                         _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+        unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+
+        if (mask)
+            return p + __builtin_ctz(mask);
+        p += 16;
+    }
+#elif SCAN_SWAR
+    while (end - p >= 8) {
+        uint64_t x = load64(p);
+        uint64_t stop = (x | ((x - UINT64_C(0x2020202020202020)) & ~x)
+                         | zero_bytes(x ^ UINT64_C(0x2222222222222222))
+                         | zero_bytes(x ^ UINT64_C(0x5c5c5c5c5c5c5c5c)))
+                        & HIGHS;
+
+        if (stop)
+            return p + (__builtin_ctzll(stop) >> 3);
+        p += 8;
+    }
+#endif
+    while (p < end && !string_stop[*p])
+        p++;
+    return p;
+}
+
+
+/* Scan string contents; p is just past the opening quote. Returns the
+ * position of the closing quote and sets *escaped if a backslash was seen. */
+static cursor
+scan_string(cursor p, cursor end, int *escaped, scan_error *err)
+{
+    size_t n;
+
+    for (;;) {
+        p = skip_plain(p, end);
+        if (p >= end) {
+            fail(err, "unterminated string", end);
+            return NULL;
+        }
+        if (*p == '"')
+            return p;
+        if (*p == '\\') {
+            *escaped = 1;
+            if (!(p = scan_escape(p, end, err)))
+                return NULL;
+        } else if (*p < 0x20) {
+            fail(err, "control character in string", p);
+            return NULL;
+        } else if ((n = utf8_sequence(p, end)) != 0) {
+            p += n;
+        } else {
+            fail(err, NULL, p);
+            err->utf8 = 1;
+            return NULL;
+        }
+    }
+}
+
+
+/* Skip a literal; *p is its first letter. Bytes >= 0x80 mean bad UTF-8 or a
+ * misplaced character, and either way the text is not JSON. */
+static cursor
+scan_literal(cursor p, cursor end, const char *word, size_t n, scan_error *err)
+{
+    if ((size_t)(end - p) < n || memcmp(p, word, n) != 0) {
+        fail(err, "expected a value", p);
+        return NULL;
+    }
+    return p + n;
+}
+
+
+/* The scanner's working state: the nesting stack and the visitor. */
+typedef struct scanner {
+    cursor start, end;
+    const relay_json_visitor *v;
+    int depth;
+    int32_t token[RELAY_JSON_MAX_DEPTH + 1];
+    unsigned char is_object[RELAY_JSON_MAX_DEPTH + 1];
+} scanner;
+
+
+static inline void
+report_scalar(scanner *s, int32_t slot, relay_json_type type, cursor from, cursor to, int esc)
+{
+    if (slot >= 0)
+        s->v->on_scalar(s->v->ctx, slot, type, (const char *)from, (size_t)(to - from), esc);
+}
+
+
+/* Open a container below `slot`; returns 0, or -1 when too deep. */
+static inline int
+open_container(scanner *s, int32_t slot, int object)
+{
+    int32_t tok = -1;
+
+    if (s->depth == RELAY_JSON_MAX_DEPTH)
+        return -1;
+    if (slot >= 0)
+        tok = object ? s->v->on_object(s->v->ctx, slot) : s->v->on_array(s->v->ctx, slot);
+    s->depth++;
+    s->token[s->depth] = tok;
+    s->is_object[s->depth] = (unsigned char)object;
+    return 0;
+}
+
+
+/* Scan a key and its ':'; p is at the opening quote. Sets *slot to the token
+ * of the value that follows. */
+static inline cursor
+scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
+{
+    cursor k, q;
+    int esc = 0;
+    int32_t obj = s->token[s->depth];
+
+    if (p >= s->end || *p != '"') {
+        fail(err, "expected a string key", p);
+        return NULL;
+    }
+    k = p + 1;
+    if (!(q = scan_string(k, s->end, &esc, err)))
+        return NULL;
+    *slot = obj >= 0 ? s->v->on_key(s->v->ctx, obj, (const char *)k, (size_t)(q - k), esc) : -1;
+    p = q + 1;
+    if (p < s->end && *p != ':')
+        p = skip_space(p, s->end);
+    if (p >= s->end || *p != ':') {
+        fail(err, "expected ':'", p);
+        return NULL;
+    }
+    p++;
+    if (p < s->end && is_space[*p])
+        p = skip_space(p, s->end);
+    return p;
+}
+
+
+/* Scan one scalar below `slot`; p is at its first byte. */
+static inline cursor
+scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
+{
+    cursor q;
+    int esc = 0;
+
+    switch (*p) {
+    case '"':
+        if (!(q = scan_string(p + 1, s->end, &esc, err)))
+            return NULL;
+        report_scalar(s, slot, RELAY_JSON_STRING, p + 1, q, esc);
+        return q + 1;
+    case 't':
+        q = scan_literal(p, s->end, "true", 4, err);
+        if (q)
+            report_scalar(s, slot, RELAY_JSON_TRUE, p, q, 0);
+        return q;
+    case 'f':
+        q = scan_literal(p, s->end, "false", 5, err);
+        if (q)
+            report_scalar(s, slot, RELAY_JSON_FALSE, p, q, 0);
+        return q;
+    case 'n':
+        q = scan_literal(p, s->end, "null", 4, err);
+        if (q)
+            report_scalar(s, slot, RELAY_JSON_NULL, p, q, 0);
+        return q;
+    default:
+        if (*p != '-' && (unsigned)(*p - '0') >= 10) {
+            fail(err, "expected a value", p);
+            return NULL;
+        }
+        if ((q = scan_number(p, s->end, err)))
+            report_scalar(s, slot, RELAY_JSON_NUMBER, p, q, 0);
+        return q;
+    }
+}
+
+
+/* The main loop: values, then what may follow them at the current depth.
+ * Returns 0 or -1 with err set. */
+static int
+scan_all(scanner *s, cursor p, int32_t slot, scan_error *err)
+{
+    cursor end = s->end;
+
+value:
+    if (p >= end)
+        return fail(err, "expected a value", p);
+    if (*p == '{' || *p == '[') {
+        int object = *p == '{';
+
+        if (open_container(s, slot, object) < 0)
+            return fail(err, too_deep, p);
+        p++;
+        if (p < end && is_space[*p])
+            p = skip_space(p, end);
+        if (p < end && *p == (object ? '}' : ']')) {
+            s->depth--;
+            p++;
+            goto after;
+        }
+        if (!object) {
+            slot = s->token[s->depth];
+            goto value;
+        }
+        if (!(p = scan_key(s, p, &slot, err)))
+            return -1;
+        goto value;
+    }
+    if (slot < 0 && !s->is_object[s->depth] && (*p == '-' || (unsigned)(*p - '0') < 10)) {
+        /* Untracked arrays of numbers (GeoJSON coordinates) are the bulk of
+         * typical events: stay in this loop while number follows number. */
+        for (;;) {
+            if (!(p = scan_number(p, end, err)))
+                return -1;
+            if (end - p < 2 || p[0] != ',' || (p[1] != '-' && (unsigned)(p[1] - '0') >= 10))
+                break;
+            p++;
+        }
+        goto after;
+    }
+    if (!(p = scan_scalar(s, p, slot, err)))
+        return -1;
+after:
+    if (s->depth == 0) {
+        p = skip_space(p, end);
+        return p == end ? 0 : fail(err, "unexpected data after the value", p);
+    }
+    if (p < end && is_space[*p])
+        p = skip_space(p, end);
+    if (p >= end)
+        return fail(err, "unexpected end of input", p);
+    if (*p == ',') {
+        p++;
+        if (p < end && is_space[*p])
+            p = skip_space(p, end);
+        if (!s->is_object[s->depth]) {
+            slot = s->token[s->depth];
+            goto value;
+        }
+        if (!(p = scan_key(s, p, &slot, err)))
+            return -1;
+        goto value;
+    }
+    if (*p == (s->is_object[s->depth] ? '}' : ']')) {
+        s->depth--;
+        p++;
+        goto after;
+    }
+    return fail(err, s->is_object[s->depth] ? "expected ',' or '}'" : "expected ',' or ']'", p);
+}
+
+
+static void
+format_error(const scan_error *err, cursor start, char *reason, size_t reasonlen)
+{
+    size_t at = (size_t)(err->at - start);
+
+    if (!reason || reasonlen == 0)
+        return;
+    if (err->utf8)
+        snprintf(reason, reasonlen, "invalid UTF-8 at byte %zu", at);
+    else if (err->what == too_deep)
+        snprintf(reason, reasonlen, "nesting deeper than %d", RELAY_JSON_MAX_DEPTH);
+    else
+        snprintf(reason, reasonlen, "invalid JSON at byte %zu: %s", at, err->what);
+}
+
+
+static int
+set_reason(char *reason, size_t reasonlen, const char *text)
+{
+    if (reason && reasonlen)
+        snprintf(reason, reasonlen, "%s", text);
+    return -1;
+}
+
+
+int
+relay_json_scan_object(const char *text, size_t len, size_t max_bytes,
+                       const relay_json_visitor *visitor, int32_t root, char *reason,
+                       size_t reasonlen)
+{
+    scanner s;
+    scan_error err = {NULL, NULL, 0};
+    cursor p;
+
+    if (len > max_bytes) {
+        if (reason && reasonlen)
+            snprintf(reason, reasonlen, "event too large (%zu bytes > %zu)", len, max_bytes);
+        return -1;
+    }
+    s.start = (cursor)text;
+    s.end = s.start + len;
+    s.v = visitor;
+    s.depth = 0;
+    s.token[0] = -1;
+    s.is_object[0] = 1; /* keeps the number-array fast path off at the top level */
+    p = skip_space(s.start, s.end);
+    if (p == s.end)
+        return set_reason(reason, reasonlen, "empty event");
+    if (scan_all(&s, p, visitor && *p == '{' ? root : -1, &err) < 0) {
+        format_error(&err, s.start, reason, reasonlen);
+        return -1;
+    }
+    if (*p != '{')
+        return set_reason(reason, reasonlen, "event is not a JSON object");
+    return 0;
+}
+
+
+int
+relay_json_validate_object(const char *text, size_t len, size_t max_bytes, char *reason,
+                           size_t reasonlen)
+{
+    return relay_json_scan_object(text, len, max_bytes, NULL, -1, reason, reasonlen);
+}
+
+
+static size_t
+put_utf8(unsigned cp, unsigned char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (unsigned char)(0xc0 | cp >> 6);
+        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xe0 | cp >> 12);
+        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xf0 | cp >> 18);
+    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+
+/* Decode one escape at p (just past the backslash) into out; returns the
+ * bytes consumed from p. Input was validated, so no checks here. */
+static size_t
+decode_escape(cursor p, cursor end, unsigned char *out, size_t *written)
+{
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    const char *hit;
+    unsigned cp = 0, lo = 0xdc00;
+
+    if (*p != 'u') {
+        hit = strchr(from, *p);
+        *out = (unsigned char)to[hit - from];
+        *written = 1;
+        return 1;
+    }
+    hex4(p + 1, end, &cp);
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+        hex4(p + 7, end, &lo);
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        *written = put_utf8(cp, out);
+        return 11;
+    }
+    *written = put_utf8(cp, out);
+    return 5;
+}
+
+
+size_t
+relay_json_unescape(const char *text, size_t len, char *out)
+{
+    cursor p = (cursor)text, end = p + len;
+    unsigned char *o = (unsigned char *)out;
+    size_t n;
+
+    while (p < end) {
+        cursor bs = memchr(p, '\\', (size_t)(end - p));
+
+        if (!bs)
+            bs = end;
+        memmove(o, p, (size_t)(bs - p));
+        o += bs - p;
+        p = bs;
+        if (p < end) {
+            p++;
+            p += decode_escape(p, end, o, &n);
+            o += n;
+        }
+    }
+    return (size_t)(o - (unsigned char *)out);
+}
+
+
+/* Exact powers of ten: every one up to 1e22 is representable. */
+static const double exact_pow10[] = {
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+
+/* Clinger's fast path: a mantissa below 2^53 scaled by an exact power of ten
+ * is correctly rounded by one IEEE operation. Returns 0 when it does not apply. */
+static int
+number_fast_path(cursor p, cursor end, double *out)
+{
+    uint64_t mant = 0;
+    int digits = 0, exp10 = 0, neg = 0, eneg = 0, e = 0;
+
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    for (; p < end && (unsigned)(*p - '0') < 10; p++, digits++)
+        mant = mant * 10 + (unsigned)(*p - '0');
+    if (p < end && *p == '.')
+        for (p++; p < end && (unsigned)(*p - '0') < 10; p++, digits++, exp10--)
+            mant = mant * 10 + (unsigned)(*p - '0');
+    if (digits > 19 || mant > (UINT64_C(1) << 53))
+        return 0;
+    if (p < end) {
+        p++;
+        if (*p == '+' || *p == '-')
+            eneg = *p++ == '-';
+        for (; p < end && e < 1000; p++)
+            e = e * 10 + (*p - '0');
+        if (p < end)
+            return 0;
+        exp10 += eneg ? -e : e;
+    }
+    if (exp10 < -22 || exp10 > 22)
+        return 0;
+    *out = exp10 < 0 ? (double)mant / exact_pow10[-exp10] : (double)mant * exact_pow10[exp10];
+    if (neg)
+        *out = -*out;
+    return 1;
+}
+
+
+double
+relay_json_number(const char *text, size_t len)
+{
+    char small[64], *buf = small;
+    double d;
+
+    if (number_fast_path((cursor)text, (cursor)text + len, &d))
+        return d;
+    if (len >= sizeof small && !(buf = malloc(len + 1)))
+        return NAN;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    d = strtod(buf, NULL);
+    if (buf != small)
+        free(buf);
+    return d;
+}

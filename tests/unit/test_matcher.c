@@ -1,0 +1,332 @@
+/* Unit tests for the compiled matcher (include/relay/matcher.h). */
+#include "check.h"
+#include "relay/matcher.h"
+
+#include <stdint.h>
+
+#define MAX (1u << 20)
+/* 2026-01-01T00:00:00Z */
+#define NOW INT64_C(1767225600000)
+
+static char text[512];
+
+
+/* Matching ids of `event` against one-rule-or-more matcher m, as "0,2", or
+ * "!reason" when malformed. */
+static const char *
+ids_of(relay_matcher *m, const char *event)
+{
+    uint32_t ids[64];
+    char reason[200];
+    int n = relay_matcher_match(m, event, strlen(event), MAX, NOW, ids, 64, reason, sizeof reason);
+    size_t len = 0;
+    int i;
+
+    if (n < 0) {
+        snprintf(text, sizeof text, "!%s", reason);
+        return text;
+    }
+    text[0] = '\0';
+    for (i = 0; i < n && i < 64; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%u", i ? "," : "", ids[i]);
+    return text;
+}
+
+
+static relay_matcher *
+make(const char *const *rules, size_t n)
+{
+    relay_matcher *m = relay_matcher_new();
+    char err[200];
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        CHECK(relay_matcher_add(m, rules[i], strlen(rules[i]), err, sizeof err) == (int)i);
+    CHECK(relay_matcher_compile(m, err, sizeof err) == 0);
+    return m;
+}
+
+
+/* Does the single rule match the event? 1, 0, or -1 when malformed. */
+static int
+one(const char *rule, const char *event)
+{
+    relay_matcher *m = make(&rule, 1);
+    const char *r = ids_of(m, event);
+    int result = r[0] == '!' ? -1 : r[0] == '0';
+
+    relay_matcher_free(m);
+    return result;
+}
+
+
+static void
+test_typed_equality(void)
+{
+    const char *r70 = "{\"n\":[{\"eq\":70}]}";
+
+    CHECK(one(r70, "{\"n\":70}") == 1);
+    CHECK(one(r70, "{\"n\":70.0}") == 1);
+    CHECK(one(r70, "{\"n\":7e1}") == 1);
+    CHECK(one(r70, "{\"n\":\"70\"}") == 0);
+    CHECK(one("{\"n\":[{\"eq\":\"70\"}]}", "{\"n\":70}") == 0);
+    CHECK(one("{\"b\":[{\"eq\":true}]}", "{\"b\":true}") == 1);
+    CHECK(one("{\"b\":[{\"eq\":true}]}", "{\"b\":\"true\"}") == 0);
+    CHECK(one("{\"b\":[{\"eq\":true}]}", "{\"b\":1}") == 0);
+    CHECK(one("{\"b\":[{\"eq\":false}]}", "{\"b\":false}") == 1);
+    CHECK(one("{\"b\":[{\"eq\":null}]}", "{\"b\":null}") == 1);
+    CHECK(one("{\"b\":[{\"eq\":null}]}", "{}") == 0);
+    CHECK(one("{\"b\":[{\"eq\":null}]}", "{\"b\":\"null\"}") == 0);
+    CHECK(one("{\"s\":[{\"eq\":\"caf\xc3\xa9\"}]}", "{\"s\":\"caf\\u00e9\"}") == 1);
+    CHECK(one("{\"s\":[{\"eq\":\"caf\\u00e9\"}]}", "{\"s\":\"caf\xc3\xa9\"}") == 1);
+    CHECK(one("{\"s\":[{\"eq\":\"a\\\"b\"}]}", "{\"s\":\"a\\\"b\"}") == 1);
+    CHECK(one("{\"s\":[{\"eq\":\"ab\"}]}", "{\"s\":\"abc\"}") == 0);
+    CHECK(one("{\"z\":[{\"eq\":0}]}", "{\"z\":-0}") == 1);
+    CHECK(one("{\"z\":[{\"eq\":-0.0}]}", "{\"z\":0}") == 1);
+    CHECK(one("{\"z\":[{\"eq\":1e400}]}", "{\"z\":1e999}") == 1);
+    /* keys with escapes, on both sides */
+    CHECK(one("{\"k\\u00e9\":[{\"eq\":1}]}", "{\"k\xc3\xa9\":1}") == 1);
+    CHECK(one("{\"k\xc3\xa9\":[{\"eq\":1}]}", "{\"k\\u00e9\":1}") == 1);
+    /* field names that look like operators are plain keys */
+    CHECK(one("{\"eq\":[{\"eq\":\"group\"}],\"group\":[{\"exists\":true}]}",
+              "{\"eq\":\"group\",\"group\":0}") == 1);
+}
+
+
+static void
+test_prefix_suffix(void)
+{
+    CHECK(one("{\"s\":[{\"prefix\":\"\"}]}", "{\"s\":\"\"}") == 1);
+    CHECK(one("{\"s\":[{\"prefix\":\"\"}]}", "{\"s\":\"x\"}") == 1);
+    CHECK(one("{\"s\":[{\"prefix\":\"\"}]}", "{\"s\":1}") == 0);
+    CHECK(one("{\"s\":[{\"prefix\":\"\"}]}", "{\"s\":null}") == 0);
+    CHECK(one("{\"s\":[{\"prefix\":\"\"}]}", "{}") == 0);
+    CHECK(one("{\"s\":[{\"prefix\":\"user_\"}]}", "{\"s\":\"user_123\"}") == 1);
+    CHECK(one("{\"s\":[{\"prefix\":\"user_\"}]}", "{\"s\":\"123\"}") == 0);
+    CHECK(one("{\"s\":[{\"prefix\":\"user_\"}]}", "{\"s\":\"user\"}") == 0);
+    CHECK(one("{\"s\":[{\"suffix\":\"ST\"}]}", "{\"s\":\"MAIN ST\"}") == 1);
+    CHECK(one("{\"s\":[{\"suffix\":\"ST\"}]}", "{\"s\":\"T\"}") == 0);
+    CHECK(one("{\"s\":[{\"suffix\":\"1\"}]}", "{\"s\":1}") == 0);
+    CHECK(one("{\"s\":[{\"suffix\":\"\xc3\xa9\"}]}", "{\"s\":\"caf\\u00e9\"}") == 1);
+    CHECK(one("{\"s\":[{\"prefix\":\"a\"},{\"prefix\":\"bc\"}]}", "{\"s\":\"bcd\"}") == 1);
+}
+
+
+static void
+test_exists(void)
+{
+    const char *top_t = "{\"k\":[{\"exists\":true}]}", *top_f = "{\"k\":[{\"exists\":false}]}";
+    const char *nest_t = "{\"p\":[{\"group\":{\"k\":[{\"exists\":true}]}}]}";
+    const char *nest_f = "{\"p\":[{\"group\":{\"k\":[{\"exists\":false}]}}]}";
+    const char *present[] = {"null", "false", "0", "\"\"", "{}", "[]"};
+    char event[64];
+    size_t i;
+
+    for (i = 0; i < sizeof present / sizeof *present; i++) {
+        snprintf(event, sizeof event, "{\"k\":%s}", present[i]);
+        CHECK(one(top_t, event) == 1);
+        CHECK(one(top_f, event) == 0);
+    }
+    CHECK(one(top_t, "{}") == 0);
+    CHECK(one(top_f, "{}") == 1);
+    CHECK(one(nest_t, "{\"p\":{\"k\":null}}") == 1);
+    CHECK(one(nest_f, "{\"p\":{\"k\":null}}") == 0);
+    CHECK(one(nest_t, "{}") == 0);               /* missing parent */
+    CHECK(one(nest_f, "{}") == 1);
+    CHECK(one(nest_f, "{\"p\":null}") == 1);     /* non-object parent */
+    CHECK(one(nest_f, "{\"p\":\"s\"}") == 1);
+    CHECK(one(nest_t, "{\"p\":\"s\"}") == 0);
+    CHECK(one(nest_t, "{\"p\":[{\"x\":1},{\"k\":1}]}") == 1); /* array parent: an element */
+    CHECK(one(nest_f, "{\"p\":[{\"k\":1},{\"x\":1}]}") == 1);
+    CHECK(one(nest_f, "{\"p\":[{\"k\":1}]}") == 0);
+    CHECK(one(nest_f, "{\"p\":[{\"k\":1},7]}") == 1);   /* non-object element acts as {} */
+    CHECK(one(nest_f, "{\"p\":[]}") == 0);              /* no element at all */
+    CHECK(one(top_t, "{\"k\":[]}") == 1);               /* exists is about the key */
+    CHECK(one(top_f, "{\"x\":{\"k\":1}}") == 1);
+}
+
+
+static void
+test_arrays(void)
+{
+    const char *eq = "{\"t\":[{\"eq\":\"b\"}]}";
+    const char *both = "{\"p\":[{\"group\":{\"a\":[{\"eq\":1}],\"b\":[{\"eq\":2}]}}]}";
+
+    CHECK(one(eq, "{\"t\":[\"a\",\"b\"]}") == 1);
+    CHECK(one(eq, "{\"t\":[\"a\",[\"c\",[\"b\"]]]}") == 1);
+    CHECK(one(eq, "{\"t\":[\"a\",{\"t\":\"b\"}]}") == 0);
+    CHECK(one(eq, "{\"t\":[]}") == 0);
+    CHECK(one(both, "{\"p\":[{\"a\":1},{\"b\":2}]}") == 0);  /* never across elements */
+    CHECK(one(both, "{\"p\":[{\"a\":1},{\"a\":1,\"b\":2}]}") == 1);
+    CHECK(one(both, "{\"p\":[[{\"a\":1,\"b\":2}]]}") == 1);
+    CHECK(one(both, "{\"p\":{\"a\":[0,1],\"b\":[2]}}") == 1);
+    CHECK(one("{\"c\":[{\"eq\":37.5}]}", "{\"c\":[[[-122.1,37.5,0]]]}") == 1);
+    CHECK(one("{\"c\":[{\"eq\":37.5}]}", "{\"c\":[[[-122.1,37.50001,0]]]}") == 0);
+    CHECK(one("{\"c\":[{\"gt\":100}]}", "{\"c\":[1,[2,[300]]]}") == 1);
+}
+
+
+static void
+test_thresholds(void)
+{
+    CHECK(one("{\"n\":[{\"gt\":70}]}", "{\"n\":70.5}") == 1);
+    CHECK(one("{\"n\":[{\"gt\":70}]}", "{\"n\":70}") == 0);
+    CHECK(one("{\"n\":[{\"gte\":70}]}", "{\"n\":70}") == 1);
+    CHECK(one("{\"n\":[{\"lt\":70}]}", "{\"n\":-1e400}") == 1);
+    CHECK(one("{\"n\":[{\"lte\":-1}]}", "{\"n\":-1}") == 1);
+    CHECK(one("{\"n\":[{\"gt\":1e308}]}", "{\"n\":1e400}") == 1);
+    CHECK(one("{\"n\":[{\"gt\":70}]}", "{\"n\":\"80\"}") == 0);
+    CHECK(one("{\"n\":[{\"gt\":70}]}", "{\"n\":null}") == 0);
+    CHECK(one("{\"n\":[{\"gt\":70}]}", "{}") == 0);
+    CHECK(one("{\"n\":[{\"gte\":0}]}", "{\"n\":-0}") == 1);
+    CHECK(one("{\"n\":[{\"lt\":0}]}", "{\"n\":-0}") == 0);
+    CHECK(one("{\"n\":[{\"lt\":10},{\"gte\":1000}]}", "{\"n\":5000}") == 1);
+    CHECK(one("{\"n\":[{\"lt\":10},{\"gte\":1000}]}", "{\"n\":500}") == 0);
+}
+
+
+static void
+test_temporal(void)
+{
+    const char *recent = "{\"t\":[{\"gt\":{\"now\":-300000}}]}";   /* after now-5m */
+    const char *past = "{\"t\":[{\"lt\":{\"now\":0}}]}";
+    const char *at = "{\"t\":[{\"gte\":{\"now\":0}}]}";
+
+    CHECK(one(recent, "{\"t\":\"2025-12-31T23:59:00Z\"}") == 1);
+    CHECK(one(recent, "{\"t\":\"2025-12-31T23:50:00Z\"}") == 0);
+    CHECK(one(recent, "{\"t\":\"2025-12-31t23:59:00z\"}") == 1);
+    CHECK(one(recent, "{\"t\":\"2026-01-01T00:59:00+01:00\"}") == 1);  /* = 23:59Z */
+    CHECK(one(recent, "{\"t\":\"2025-12-31T18:59:00-05:00\"}") == 1);
+    CHECK(one(recent, "{\"t\":\"2026-01-01T00:50:00+01:00\"}") == 0);
+    CHECK(one(at, "{\"t\":\"2026-01-01T00:00:00Z\"}") == 1);
+    CHECK(one(past, "{\"t\":\"2026-01-01T00:00:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-12-31T23:59:59.999Z\"}") == 1);
+    CHECK(one(past, "{\"t\":\"2025-12-31T23:59:59.9999999999Z\"}") == 1);
+    CHECK(one(at, "{\"t\":\"2025-12-31T23:59:59.9999999999Z\"}") == 0);
+    CHECK(one(at, "{\"t\":\"2026-01-01T00:00:00.0000000001Z\"}") == 1);
+    CHECK(one("{\"t\":[{\"gt\":{\"now\":0}}]}", "{\"t\":\"2026-01-01T00:00:00.0000000001Z\"}") == 1);
+    CHECK(one("{\"t\":[{\"gt\":{\"now\":0}}]}", "{\"t\":\"2026-01-01T00:00:00.000Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2024-02-29T12:00:00Z\"}") == 1);           /* leap year */
+    CHECK(one(past, "{\"t\":\"2023-02-29T12:00:00Z\"}") == 0);           /* not a leap year */
+    CHECK(one(past, "{\"t\":\"1900-02-29T12:00:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2000-02-29T12:00:00Z\"}") == 1);
+    CHECK(one(past, "{\"t\":\"2016-12-31T23:59:60Z\"}") == 1);           /* leap second */
+    CHECK(one(past, "{\"t\":\"2025-13-01T00:00:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-04-31T00:00:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T24:00:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:60:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:00:61Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01 00:00:00Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:00:00\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:00:00.Z\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:00:00+0100\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:00:00+24:00\"}") == 0);
+    CHECK(one(past, "{\"t\":\"2025-01-01T00:00:00Zjunk\"}") == 0);
+    CHECK(one(past, "{\"t\":1}") == 0);
+    CHECK(one(past, "{\"t\":null}") == 0);
+    CHECK(one(past, "{}") == 0);
+    CHECK(one(past, "{\"t\":[\"x\",\"2020-01-01T00:00:00Z\"]}") == 1);
+}
+
+
+static void
+test_combinations(void)
+{
+    const char *rules[] = {
+        "{\"a\":[{\"eq\":\"x\"},{\"eq\":\"y\"}],\"b\":[{\"eq\":1}]}",
+        "{\"a\":[{\"prefix\":\"x\"}]}",
+        "{\"c\":[{\"exists\":false}]}",
+        "{\"p\":[{\"group\":{\"q\":[{\"eq\":true}]}},{\"group\":{\"r\":[{\"eq\":false}]}}]}",
+        "{\"a\":[{\"eq\":\"x\"}]}",
+    };
+    relay_matcher *m = make(rules, 5);
+    uint32_t ids[2];
+    char reason[64];
+    const char *e = "{\"a\":\"x\",\"b\":1}";
+
+    CHECK_STR(ids_of(m, e), "0,1,2,4");
+    CHECK_STR(ids_of(m, "{\"a\":\"y\",\"b\":1,\"c\":0}"), "0");
+    CHECK_STR(ids_of(m, "{\"a\":\"y\",\"b\":2,\"c\":0}"), "");
+    CHECK_STR(ids_of(m, "{\"c\":0,\"p\":{\"r\":false}}"), "3");
+    CHECK_STR(ids_of(m, "{\"c\":0,\"p\":[{\"q\":false},{\"q\":true}]}"), "3");
+    CHECK_STR(ids_of(m, "{\"c\":0,\"p\":{\"q\":false,\"r\":true}}"), "");
+    /* duplicate keys: the last one wins, for values and for presence */
+    CHECK_STR(ids_of(m, "{\"a\":\"x\",\"b\":1,\"a\":\"z\"}"), "2");
+    CHECK_STR(ids_of(m, "{\"a\":\"z\",\"b\":1,\"a\":\"y\"}"), "0,2");
+    CHECK_STR(ids_of(m, "{\"p\":{\"q\":true},\"p\":{\"q\":false},\"c\":1}"), "");
+    /* a small ids buffer: total count, first ids written */
+    CHECK(relay_matcher_match(m, e, strlen(e), MAX, NOW, ids, 2, reason, sizeof reason) == 4);
+    CHECK(ids[0] == 0 && ids[1] == 1);
+    CHECK_STR(ids_of(m, "{\"a\":"), "!invalid JSON at byte 5: expected a value");
+    CHECK_STR(ids_of(m, "[]"), "!event is not a JSON object");
+    CHECK(relay_matcher_match(m, e, strlen(e), 4, NOW, ids, 2, reason, sizeof reason) == -1);
+    CHECK_STR(reason, "event too large (15 bytes > 4)");
+    CHECK(relay_matcher_count(m) == 5);
+    relay_matcher_free(m);
+}
+
+
+static void
+test_compile_errors(void)
+{
+    const char *bad[] = {
+        "", "[]", "{}", "{\"a\":[]}", "{\"a\":{}}", "{\"a\":[{}]}", "{\"a\":[1]}",
+        "{\"a\":[{\"eq\":[1]}]}", "{\"a\":[{\"eq\":{}}]}", "{\"a\":[{\"prefx\":\"x\"}]}",
+        "{\"a\":[{\"prefix\":1}]}", "{\"a\":[{\"exists\":1}]}", "{\"a\":[{\"gt\":\"x\"}]}",
+        "{\"a\":[{\"gt\":{\"now\":1.5}}]}", "{\"a\":[{\"gt\":{\"then\":1}}]}",
+        "{\"a\":[{\"eq\":1,\"prefix\":\"x\"}]}", "{\"a\":[{\"group\":{}}]}",
+        "{\"a\":[{\"group\":[]}]}", "{\"a\":[{\"eq\":1}]", "{\"a\":[{\"eq\\u0000\":1}]}",
+    };
+    relay_matcher *m = relay_matcher_new();
+    char err[200];
+    size_t i;
+
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        CHECK(relay_matcher_add(m, bad[i], strlen(bad[i]), err, sizeof err) == -1);
+        CHECK(err[0] != '\0');
+    }
+    CHECK(relay_matcher_add(m, "{\"a\":[{\"eq\":1}]}", 16, err, sizeof err) == 0);
+    CHECK_STR(ids_of(m, "{\"a\":1}"), "0");
+    /* adding after a match recompiles */
+    CHECK(relay_matcher_add(m, "{\"b\":[{\"eq\":2}]}", 16, err, sizeof err) == 1);
+    CHECK_STR(ids_of(m, "{\"a\":1,\"b\":2}"), "0,1");
+    relay_matcher_free(m);
+}
+
+
+static void
+test_many_rules(void)
+{
+    relay_matcher *m = relay_matcher_new();
+    char rule[128], err[200], event[128];
+    int i;
+
+    for (i = 0; i < 10000; i++) {
+        int len = snprintf(rule, sizeof rule, "{\"p\":[{\"group\":{\"id\":[{\"eq\":\"k%d\"}]}}]}",
+                           i % 5000);
+
+        CHECK(relay_matcher_add(m, rule, (size_t)len, err, sizeof err) == i);
+    }
+    snprintf(event, sizeof event, "{\"p\":{\"id\":\"k42\"}}");
+    CHECK_STR(ids_of(m, event), "42,5042");
+    CHECK_STR(ids_of(m, "{\"p\":{\"id\":[\"k7\",\"k4999\",\"k7\"]}}"), "7,4999,5007,9999");
+    CHECK_STR(ids_of(m, "{\"p\":{\"id\":\"k5000\"}}"), "");
+    relay_matcher_free(m);
+}
+
+
+int
+main(void)
+{
+    test_typed_equality();
+    test_prefix_suffix();
+    test_exists();
+    test_arrays();
+    test_thresholds();
+    test_temporal();
+    test_combinations();
+    test_compile_errors();
+    test_many_rules();
+    CHECK_DONE();
+}
