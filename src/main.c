@@ -19,6 +19,7 @@ int luaopen_relay_core_log(lua_State *L);
 int luaopen_relay_core_redis(lua_State *L);
 int luaopen_relay_core_build(lua_State *L);
 int luaopen_relay_core_matcher(lua_State *L);
+int luaopen_relay_core_yaml(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.loop", luaopen_relay_core_loop},
@@ -26,6 +27,7 @@ static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.redis", luaopen_relay_core_redis},
     {"relay.core.build", luaopen_relay_core_build},
     {"relay.core.matcher", luaopen_relay_core_matcher},
+    {"relay.core.yaml", luaopen_relay_core_yaml},
     {NULL, NULL},
 };
 

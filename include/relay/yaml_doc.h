@@ -1,0 +1,73 @@
+/*
+ * yaml_doc: a YAML document as a tree of nodes that remember where they start.
+ *
+ * libyaml's event stream is turned into maps, sequences and scalars, each with the
+ * 1-based line:col of its first character, so every validation error further up can
+ * point at the offending node. The layer is deliberately strict and small:
+ *
+ *   - one document per file (a second document is an error);
+ *   - aliases (*name) are rejected: templates have no use for them and refusing them
+ *     makes "billion laughs" expansion impossible; anchors (&name) are accepted and
+ *     ignored;
+ *   - the only explicit tag accepted is !!str (forces a string); every other tag is an
+ *     error, so no scalar ever means something other than what the core schema says;
+ *   - mapping keys must be scalars; two keys with the same resolved value in one map
+ *     are an error naming both positions;
+ *   - nesting is bounded (RELAY_YAML_MAX_DEPTH), input must be UTF-8.
+ *
+ * Errors are rendered "line:col: message" into the caller's buffer.
+ *
+ * Scalars resolve by the YAML 1.2 core schema (relay_yaml_resolve): null, bool, int
+ * (decimal, 0o octal, 0x hex), float (incl. .inf/.nan) or string. Quoted scalars and
+ * !!str scalars are always strings.
+ */
+#ifndef RELAY_YAML_DOC_H
+#define RELAY_YAML_DOC_H
+
+#include <stddef.h>
+
+#define RELAY_YAML_MAX_DEPTH 64
+#define RELAY_YAML_ERR_MAX 256
+
+typedef enum { RELAY_YAML_SCALAR, RELAY_YAML_SEQ, RELAY_YAML_MAP } relay_yaml_kind;
+
+typedef enum { RELAY_YAML_NULL, RELAY_YAML_BOOL, RELAY_YAML_INT, RELAY_YAML_FLOAT, RELAY_YAML_STR } relay_yaml_type;
+
+typedef struct relay_yaml_node relay_yaml_node;
+
+struct relay_yaml_node {
+    relay_yaml_kind kind;
+    int line;                /* 1-based */
+    int col;                 /* 1-based, in characters */
+    int quoted;              /* scalar written quoted, literal or folded */
+    int str_tag;             /* scalar carried an explicit !!str */
+    char *text;              /* scalar: raw text, NUL-terminated (may contain NULs) */
+    size_t len;              /* scalar: length of text */
+    relay_yaml_node **items; /* seq: items; map: key0, value0, key1, value1, ... */
+    size_t count;            /* seq: number of items; map: number of pairs */
+};
+
+typedef struct {
+    relay_yaml_type type;
+    int boolean;
+    double number; /* INT and FLOAT */
+} relay_yaml_value;
+
+/*
+ * Parse `len` bytes of YAML. On success returns 0 and stores the root in *root (NULL
+ * when the stream holds no document at all). On failure returns -1, *root is NULL and
+ * err holds "line:col: message".
+ */
+int relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen);
+
+void relay_yaml_free(relay_yaml_node *node);
+
+/* Resolve a scalar node by the YAML 1.2 core schema. */
+void relay_yaml_resolve(const relay_yaml_node *node, relay_yaml_value *out);
+
+/* Map accessors: the i-th key and value (i < count). */
+relay_yaml_node *relay_yaml_map_key(const relay_yaml_node *map, size_t i);
+
+relay_yaml_node *relay_yaml_map_value(const relay_yaml_node *map, size_t i);
+
+#endif

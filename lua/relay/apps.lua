@@ -1,0 +1,676 @@
+--- Apps: discovery of $RELAY_APPS/<name>/template.yaml, strict template validation,
+-- reload merging and the one matcher built from every loaded app.
+--
+-- This is the one app-loading module (CLI commands, the worker and the runtime all use it).
+--
+--   apps.load_all(dir)          -> list of apps sorted by name, or nil, err (dir unreadable)
+--   apps.load_app(dir, name)    -> app, or nil, err when there is no such app directory
+--   apps.validate(text, path, name, app_dir) -> app (pure: no I/O)
+--   apps.merge(previous, fresh) -> merged list, changes   (the reload seam)
+--   apps.build_matcher(list[, matcher_module]) -> matcher, labels, rules | nil, err
+--   apps.find(list, name)       -> app or nil
+--
+-- An app is
+--   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid),
+--     source = <template text>,
+--     runtime = { driver (nil = RELAY_RUNTIME), image ("host"), command (nil or argv list),
+--                 memory (bytes, 256Mi), pids (64), cpus (nil = no quota), network ("none"),
+--                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool) },
+--     concurrency (nil = MAX_CONCURRENCY),
+--     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
+--     schedules = { {name, handler, cron, every_ms, payload, payload_json, timeout_ms,
+--                    retries, line, col} ... },
+--     reload_error (set by merge when a newer template was invalid and this is the last
+--                   good version) }
+-- Failure shapes: a directory that is not a valid app (bad name, no template.yaml) is an
+-- app with state "invalid"; plain files and hidden entries (".git") in the apps directory
+-- are ignored.
+local yaml = require("relay.yaml")
+local pattern = require("relay.pattern")
+local duration = require("relay.duration")
+local cron = require("relay.cron")
+local constants = require("relay.constants")
+
+local _M = {}
+
+local APP_NAME = "^[a-z0-9][a-z0-9_-]*$"
+local HANDLER_NAME = "^[A-Za-z0-9_.-]+$"
+local SCHEDULE_NAME = "^[a-z0-9_.-]+$"
+local ENV_NAME = "^[A-Za-z_][A-Za-z0-9_]*$"
+
+-- Template defaults and bounds (relay.md section 2); the retries default is the fixed
+-- internal of events.md, owned by relay.constants.
+_M.DEFAULT_TIMEOUT_MS = 60 * 1000
+_M.MAX_TIMEOUT_MS = 15 * 60 * 1000
+_M.DEFAULT_RETRIES = constants.default_retries
+_M.MAX_RETRIES = 20
+_M.DEFAULT_MEMORY = 256 * 1024 * 1024
+_M.MIN_MEMORY = 1024 * 1024
+_M.DEFAULT_PIDS = 64
+_M.MAX_PIDS = 4194304
+_M.MAX_CONCURRENCY = 65535
+_M.DRIVERS = { "auto", "runc", "bwrap", "docker", "podman" }
+
+local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
+local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init" }
+local EVENT_KEYS = { "handler", "pattern", "timeout", "retries" }
+local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "payload", "timeout", "retries" }
+
+local TEMPLATE_ERROR = {} -- tag of the errors raised inside validation
+
+
+local function fail(ctx, node, fmt, ...)
+    error({ [TEMPLATE_ERROR] = yaml.where(ctx.file, node) .. ": " .. string.format(fmt, ...) }, 0)
+end
+
+
+local function member(list, value)
+    for _, v in ipairs(list) do
+        if v == value then
+            return true
+        end
+    end
+    return false
+end
+
+
+local function closest(word, list)
+    local best, best_d
+    for _, cand in ipairs(list) do
+        -- Levenshtein distance, small strings only.
+        local prev = {}
+        for j = 0, #cand do
+            prev[j] = j
+        end
+        for i = 1, #word do
+            local cur = { [0] = i }
+            for j = 1, #cand do
+                local cost = word:byte(i) == cand:byte(j) and 0 or 1
+                cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            end
+            prev = cur
+        end
+        if not best_d or prev[#cand] < best_d then
+            best, best_d = cand, prev[#cand]
+        end
+    end
+    if best_d and best_d <= 2 and best_d < #word then
+        return best
+    end
+end
+
+
+--- Refuse unknown keys of a map, suggesting the closest allowed one.
+local function check_keys(ctx, map, allowed, what)
+    for _, key in ipairs(map.keys) do
+        if not member(allowed, key.text) then
+            local guess = closest(key.text, allowed)
+            fail(ctx, key, "unknown key %s in %s%s (allowed: %s)", yaml.json_string(key.text), what,
+                guess and ("; did you mean " .. guess .. "?") or "", table.concat(allowed, ", "))
+        end
+    end
+end
+
+
+local function field(map, name)
+    for i, key in ipairs(map.keys) do
+        if key.text == name then
+            return map.values[i], key
+        end
+    end
+end
+
+
+local function expect_map(ctx, node, what, example)
+    if node.kind ~= "map" then
+        fail(ctx, node, "%s must be a map%s, not %s", what, example and (" (" .. example .. ")") or "",
+            yaml.describe(node))
+    end
+    return node
+end
+
+
+local function expect_list(ctx, node, what)
+    if node.kind ~= "seq" then
+        fail(ctx, node, "%s must be a list, not %s", what, yaml.describe(node))
+    end
+    return node
+end
+
+
+local function expect_string(ctx, node, what, shape, shape_text)
+    if node.kind ~= "scalar" or type(node.value) ~= "string" then
+        fail(ctx, node, "%s must be a string, not %s", what, yaml.describe(node))
+    end
+    if node.value == "" then
+        fail(ctx, node, "%s must not be empty", what)
+    end
+    if shape and not node.value:find(shape) then
+        fail(ctx, node, "%s %s is invalid: it must match %s", what, yaml.json_string(node.value), shape_text)
+    end
+    return node.value
+end
+
+
+local function expect_int(ctx, node, what, min, max)
+    local v = node.value
+    if node.kind ~= "scalar" or type(v) ~= "number" or v % 1 ~= 0 then
+        fail(ctx, node, "%s must be a whole number from %d to %d, not %s", what, min, max, yaml.describe(node))
+    end
+    if v < min or v > max then
+        fail(ctx, node, "%s must be from %d to %d, not %s", what, min, max, node.text)
+    end
+    return v
+end
+
+
+local function expect_bool(ctx, node, what)
+    if node.kind ~= "scalar" or type(node.value) ~= "boolean" then
+        fail(ctx, node, "%s must be true or false, not %s", what, yaml.describe(node))
+    end
+    return node.value
+end
+
+
+local function expect_duration(ctx, node, what, min_ms, max_ms)
+    if node.kind ~= "scalar" or type(node.value) ~= "string" then
+        local hint = ""
+        if node.kind == "scalar" and type(node.value) == "number" then
+            hint = "; write " .. node.text .. "s for seconds"
+        end
+        fail(ctx, node, "%s must be a duration like 20s, 5m or 1h30m, not %s%s", what, yaml.describe(node), hint)
+    end
+    local ms, err = duration.parse_duration(node.value)
+    if not ms then
+        fail(ctx, node, "%s: %s", what, err)
+    end
+    if ms < min_ms or ms > max_ms then
+        fail(ctx, node, "%s must be from %s to %s, not %s", what, duration.format_duration(min_ms),
+            duration.format_duration(max_ms), node.value)
+    end
+    return ms
+end
+
+
+local function validate_command(ctx, node)
+    if node.kind ~= "seq" then
+        fail(ctx, node, "runtime.command must be a list of arguments, e.g. [python3, /app/main.py], not %s",
+            yaml.describe(node))
+    end
+    if #node.items == 0 then
+        fail(ctx, node, "runtime.command must not be empty; e.g. [python3, /app/main.py]")
+    end
+    local argv = {}
+    for i, item in ipairs(node.items) do
+        if item.kind ~= "scalar" or item.value == yaml.null then
+            fail(ctx, item, "runtime.command[%d] must be a string, not %s", i, yaml.describe(item))
+        end
+        argv[i] = item.text -- the argument exactly as written (numbers too: [sleep, 5])
+    end
+    if argv[1] == "" then
+        fail(ctx, node.items[1], "runtime.command[1] (the program) must not be empty")
+    end
+    return argv
+end
+
+
+local function validate_env(ctx, node)
+    expect_map(ctx, node, "runtime.env", "e.g. {LOG_STYLE: plain}")
+    local env = { PYTHONUNBUFFERED = "1" }
+    for i, key in ipairs(node.keys) do
+        local value = node.values[i]
+        if not key.text:find(ENV_NAME) then
+            fail(ctx, key, "runtime.env: %s is not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)",
+                yaml.json_string(key.text))
+        end
+        if key.text:find("^RELAY_") then
+            fail(ctx, key, "runtime.env: %s is reserved (Relay sets RELAY_* variables itself)", key.text)
+        end
+        if value.kind ~= "scalar" or value.value == yaml.null then
+            fail(ctx, value, "runtime.env.%s must be a string, not %s", key.text, yaml.describe(value))
+        end
+        env[key.text] = value.text
+    end
+    return env
+end
+
+
+local RUNTIME_CHECKS = {
+    driver = function(ctx, node, rt)
+        local v = expect_string(ctx, node, "runtime.driver")
+        if not member(_M.DRIVERS, v) then
+            fail(ctx, node, "runtime.driver must be one of %s, not %s", table.concat(_M.DRIVERS, ", "),
+                yaml.json_string(v))
+        end
+        rt.driver = v
+    end,
+    image = function(ctx, node, rt)
+        rt.image = expect_string(ctx, node, "runtime.image")
+    end,
+    command = function(ctx, node, rt)
+        rt.command = validate_command(ctx, node)
+    end,
+    memory = function(ctx, node, rt)
+        if node.kind ~= "scalar" then
+            fail(ctx, node, "runtime.memory must be a size like 256Mi, not %s", yaml.describe(node))
+        end
+        local bytes, err = duration.parse_size(node.value)
+        if not bytes then
+            fail(ctx, node, "runtime.memory: %s", err)
+        end
+        if bytes < _M.MIN_MEMORY then
+            fail(ctx, node, "runtime.memory must be at least 1Mi, not %s", node.text)
+        end
+        rt.memory = bytes
+    end,
+    pids = function(ctx, node, rt)
+        rt.pids = expect_int(ctx, node, "runtime.pids", 1, _M.MAX_PIDS)
+    end,
+    cpus = function(ctx, node, rt)
+        local v = node.value
+        if node.kind ~= "scalar" or type(v) ~= "number" or v ~= v or v <= 0 or v > 4096 then
+            fail(ctx, node, "runtime.cpus must be a number of CPUs greater than 0 (e.g. 1 or 0.5), not %s",
+                yaml.describe(node))
+        end
+        rt.cpus = v
+    end,
+    network = function(ctx, node, rt)
+        local v = expect_string(ctx, node, "runtime.network")
+        if v ~= "none" and v ~= "host" then
+            fail(ctx, node, "runtime.network must be none or host, not %s", yaml.json_string(v))
+        end
+        rt.network = v
+    end,
+    env = function(ctx, node, rt)
+        rt.env = validate_env(ctx, node)
+    end,
+    init = function(ctx, node, rt)
+        rt.init = expect_bool(ctx, node, "runtime.init")
+    end,
+}
+
+
+local function validate_runtime(ctx, node)
+    local rt = {
+        image = "host", memory = _M.DEFAULT_MEMORY, pids = _M.DEFAULT_PIDS, network = "none",
+        env = { PYTHONUNBUFFERED = "1" },
+    }
+    if node == nil then
+        return rt
+    end
+    expect_map(ctx, node, "runtime", "e.g. {command: [python3, /app/main.py]}")
+    check_keys(ctx, node, RUNTIME_KEYS, "runtime")
+    for i, key in ipairs(node.keys) do
+        RUNTIME_CHECKS[key.text](ctx, node.values[i], rt)
+    end
+    return rt
+end
+
+
+--- timeout and retries, shared by events and schedules entries.
+local function validate_limits(ctx, entry, what, out)
+    local timeout = field(entry, "timeout")
+    out.timeout_ms = timeout and expect_duration(ctx, timeout, what .. ".timeout", 1, _M.MAX_TIMEOUT_MS)
+        or _M.DEFAULT_TIMEOUT_MS
+    local retries = field(entry, "retries")
+    out.retries = retries and expect_int(ctx, retries, what .. ".retries", 0, _M.MAX_RETRIES)
+        or _M.DEFAULT_RETRIES
+end
+
+
+local function required(ctx, entry, name, what)
+    local node = field(entry, name)
+    if not node then
+        fail(ctx, entry, "%s: missing %s", what, name)
+    end
+    return node
+end
+
+
+local function validate_event(ctx, entry, index, seen)
+    local what = string.format("events[%d]", index)
+    expect_map(ctx, entry, what, "with handler and pattern")
+    check_keys(ctx, entry, EVENT_KEYS, what)
+    local handler_node = required(ctx, entry, "handler", what)
+    local handler = expect_string(ctx, handler_node, what .. ".handler", HANDLER_NAME, "[A-Za-z0-9_.-]+")
+    if seen[handler] then
+        fail(ctx, handler_node, "duplicate event handler %s (first at %d:%d); handler names are unique "
+            .. "within an app", yaml.json_string(handler), seen[handler].line, seen[handler].col)
+    end
+    seen[handler] = handler_node
+    local json, err = pattern.compile(required(ctx, entry, "pattern", what), ctx.file)
+    if not json then
+        error({ [TEMPLATE_ERROR] = err }, 0)
+    end
+    local ev = { handler = handler, pattern_json = json, line = entry.line, col = entry.col }
+    validate_limits(ctx, entry, what, ev)
+    return ev
+end
+
+
+--- Parses and checks a cron expression (relay.cron); one that can never
+-- fire (like Feb 30) is an error too.
+function _M.cron_check(expr)
+    local parsed, err = cron.parse(expr)
+    if not parsed then
+        return nil, err
+    end
+    if not cron.next(parsed, 0) then
+        return nil, string.format("%s never fires", yaml.json_string(expr))
+    end
+    return parsed
+end
+
+
+local function validate_trigger(ctx, entry, what, sched)
+    local cron, cron_key = field(entry, "cron")
+    local every, every_key = field(entry, "every")
+    if cron and every then
+        local later = cron_key.line > every_key.line and cron_key or every_key
+        fail(ctx, later, "%s: give exactly one of cron or every, not both", what)
+    elseif not cron and not every then
+        fail(ctx, entry, "%s: missing cron or every (exactly one is required)", what)
+    end
+    if cron then
+        local expr = expect_string(ctx, cron, what .. ".cron")
+        local parsed, err = _M.cron_check(expr)
+        if not parsed then
+            fail(ctx, cron, "%s.cron: %s", what, err)
+        end
+        sched.cron = expr
+        sched.cron_spec = parsed ~= true and parsed or nil
+    else
+        local ms = expect_duration(ctx, every, what .. ".every", 0, math.huge)
+        if ms < 1000 then
+            fail(ctx, every, "%s.every must be at least 1s, not %s", what, every.value)
+        elseif ms % 1000 ~= 0 then
+            fail(ctx, every, "%s.every must be whole seconds, not %s", what, every.value)
+        end
+        sched.every_ms = ms
+    end
+end
+
+
+local function validate_schedule(ctx, entry, index, seen)
+    local what = string.format("schedules[%d]", index)
+    expect_map(ctx, entry, what, "with name, handler and cron or every")
+    check_keys(ctx, entry, SCHEDULE_KEYS, what)
+    local name_node = required(ctx, entry, "name", what)
+    local name = expect_string(ctx, name_node, what .. ".name", SCHEDULE_NAME, "[a-z0-9_.-]+")
+    if seen[name] then
+        fail(ctx, name_node, "duplicate schedule name %s (first at %d:%d)", yaml.json_string(name),
+            seen[name].line, seen[name].col)
+    end
+    seen[name] = name_node
+    local handler = expect_string(ctx, required(ctx, entry, "handler", what), what .. ".handler",
+        HANDLER_NAME, "[A-Za-z0-9_.-]+")
+    local sched = { name = name, handler = handler, line = entry.line, col = entry.col,
+        payload = yaml.null, payload_json = "null" }
+    validate_trigger(ctx, entry, what, sched)
+    local payload = field(entry, "payload")
+    if payload then
+        local json, err, bad = yaml.to_json(payload)
+        if not json then
+            fail(ctx, bad, "%s.payload: %s", what, err)
+        end
+        sched.payload, sched.payload_json = yaml.to_plain(payload), json
+    end
+    validate_limits(ctx, entry, what, sched)
+    return sched
+end
+
+
+local function validate_entries(ctx, root, key, validate_one)
+    local node = field(root, key)
+    local out, seen = {}, {}
+    if node == nil then
+        return out
+    end
+    expect_list(ctx, node, key)
+    for i, entry in ipairs(node.items) do
+        out[i] = validate_one(ctx, entry, i, seen)
+    end
+    return out
+end
+
+
+local function validate_root(ctx, root, app)
+    if root.kind ~= "map" then
+        if yaml.is_null(root) then
+            fail(ctx, root, "the template is empty; expected a map with %s", table.concat(TOP_KEYS, ", "))
+        end
+        fail(ctx, root, "a template must be a map with %s, not %s", table.concat(TOP_KEYS, ", "),
+            yaml.describe(root))
+    end
+    check_keys(ctx, root, TOP_KEYS, "template")
+    app.runtime = validate_runtime(ctx, (field(root, "runtime")))
+    local conc = field(root, "concurrency")
+    app.concurrency = conc and expect_int(ctx, conc, "concurrency", 1, _M.MAX_CONCURRENCY) or nil
+    app.events = validate_entries(ctx, root, "events", validate_event)
+    app.schedules = validate_entries(ctx, root, "schedules", validate_schedule)
+end
+
+
+local function join(dir, name)
+    if dir:sub(-1) == "/" then
+        return dir .. name
+    end
+    return dir .. "/" .. name
+end
+
+
+local function invalid(app, err)
+    app.state, app.error = "invalid", err
+    app.runtime, app.concurrency, app.events, app.schedules = nil, nil, {}, {}
+    return app
+end
+
+
+--- Validate template text (pure). `path` is used in errors as given.
+function _M.validate(text, path, name, app_dir)
+    local app = { name = name, dir = app_dir, path = path, source = text }
+    local root, err = yaml.load(text, path)
+    if not root then
+        return invalid(app, err)
+    end
+    local ok, res = pcall(validate_root, { file = path }, root, app)
+    if not ok then
+        if type(res) == "table" and res[TEMPLATE_ERROR] then
+            return invalid(app, res[TEMPLATE_ERROR])
+        end
+        error(res, 0)
+    end
+    app.state = "ok"
+    return app
+end
+
+
+-- Directory listing through the FFI (the host has no lfs): names in `dir`, or nil, err.
+local ffi = require("ffi")
+pcall(ffi.cdef, [[
+typedef struct relay_apps_dir relay_apps_dir;
+struct relay_apps_dirent {
+    uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256];
+};
+relay_apps_dir *opendir(const char *name);
+struct relay_apps_dirent *readdir(relay_apps_dir *d);
+int closedir(relay_apps_dir *d);
+char *strerror(int errnum);
+]])
+
+
+local function list_dir(dir)
+    local d = ffi.C.opendir(dir)
+    if d == nil then
+        return nil, ffi.string(ffi.C.strerror(ffi.errno()))
+    end
+    local names = {}
+    while true do
+        local ent = ffi.C.readdir(d)
+        if ent == nil then
+            break
+        end
+        names[#names + 1] = ffi.string(ent.d_name)
+    end
+    ffi.C.closedir(d)
+    table.sort(names)
+    return names
+end
+
+
+local function is_dir(path)
+    local f = io.open(path .. "/.", "rb")
+    if f then
+        f:close()
+        return true
+    end
+    return false
+end
+
+
+local function read_file(path)
+    local f, err = io.open(path, "rb")
+    if not f then
+        return nil, err
+    end
+    local text, rerr = f:read("*a")
+    f:close()
+    return text, rerr
+end
+
+
+--- Load one app directory `<apps_dir>/<name>`; never raises on a bad template.
+local function load_dir_entry(apps_dir, name)
+    local app_dir = join(apps_dir, name)
+    local path = join(app_dir, "template.yaml")
+    local app = { name = name, dir = app_dir, path = path }
+    if not name:find(APP_NAME) then
+        return invalid(app, string.format("%s: invalid app name %s: app names match [a-z0-9][a-z0-9_-]*",
+            app_dir, yaml.json_string(name)))
+    end
+    local text, err = read_file(path)
+    if not text then
+        if err:find("No such file", 1, true) then
+            return invalid(app, string.format("%s: missing template.yaml", app_dir))
+        end
+        return invalid(app, string.format("%s: cannot read: %s", path, err))
+    end
+    return _M.validate(text, path, name, app_dir)
+end
+
+
+--- Load every app under `apps_dir`, sorted by name.
+-- @return list, or nil, err when the directory itself cannot be read
+function _M.load_all(apps_dir)
+    local names, err = list_dir(apps_dir)
+    if not names then
+        return nil, string.format("apps directory %s: %s", apps_dir, err)
+    end
+    local list = {}
+    for _, name in ipairs(names) do
+        if name:sub(1, 1) ~= "." and is_dir(join(apps_dir, name)) then
+            list[#list + 1] = load_dir_entry(apps_dir, name)
+        end
+    end
+    return list
+end
+
+
+--- Load the single app `name` under `apps_dir`.
+-- @return app (possibly invalid), or nil, err when it does not exist
+function _M.load_app(apps_dir, name)
+    if not is_dir(join(apps_dir, name)) then
+        return nil, string.format("no app %s in %s", yaml.json_string(name), apps_dir)
+    end
+    return load_dir_entry(apps_dir, name)
+end
+
+
+function _M.find(list, name)
+    for _, app in ipairs(list) do
+        if app.name == name then
+            return app
+        end
+    end
+end
+
+
+--- Reload seam: combine the previous load result with a fresh one.
+-- An app whose fresh template is invalid keeps its previous good version (marked with
+-- reload_error); an app never loaded successfully stays invalid; apps gone from the
+-- directory are dropped. Neither input is modified.
+-- @return merged list sorted by name, and a list of {name, change, error} where change is
+--   "added", "updated", "unchanged", "kept_last_good", "invalid" or "removed"
+function _M.merge(previous, fresh)
+    local before = {}
+    for _, app in ipairs(previous or {}) do
+        before[app.name] = app
+    end
+    local merged, changes = {}, {}
+    for _, app in ipairs(fresh) do
+        local old = before[app.name]
+        before[app.name] = nil
+        local change
+        if app.state == "ok" then
+            change = not old and "added"
+                or (old.state == "ok" and not old.reload_error and old.source == app.source) and "unchanged"
+                or "updated"
+            merged[#merged + 1] = app
+        elseif old and old.state == "ok" then
+            local kept = {}
+            for k, v in pairs(old) do
+                kept[k] = v
+            end
+            kept.reload_error = app.error
+            change = "kept_last_good"
+            merged[#merged + 1] = kept
+        else
+            change = "invalid"
+            merged[#merged + 1] = app
+        end
+        changes[#changes + 1] = { name = app.name, change = change, error = app.error }
+    end
+    for name in pairs(before) do
+        changes[#changes + 1] = { name = name, change = "removed" }
+    end
+    table.sort(merged, function(a, b) return a.name < b.name end)
+    table.sort(changes, function(a, b) return a.name < b.name end)
+    return merged, changes
+end
+
+
+--- One matcher over every loaded ("ok") app: rules in dispatch order (apps by name, rules in
+-- declaration order). labels[id + 1] = "<app>/<handler>", rules[id + 1] = {app=, event=}.
+-- @return matcher, labels, rules, or nil, err
+function _M.build_matcher(list, matcher_module)
+    local matcher = matcher_module or require("relay.core.matcher")
+    local m = matcher.new()
+    local labels, rules = {}, {}
+    local ordered = {}
+    for _, app in ipairs(list) do
+        if app.state == "ok" then
+            ordered[#ordered + 1] = app
+        end
+    end
+    table.sort(ordered, function(a, b) return a.name < b.name end)
+    for _, app in ipairs(ordered) do
+        for _, ev in ipairs(app.events) do
+            local id, err = m:add(ev.pattern_json)
+            if not id then
+                return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", app.path,
+                    ev.line, ev.col, err)
+            end
+            assert(id == #labels, "matcher ids must follow add order")
+            labels[id + 1] = app.name .. "/" .. ev.handler
+            rules[id + 1] = { app = app, event = ev }
+        end
+    end
+    local ok, err = m:compile()
+    if ok == nil and err then
+        return nil, err
+    end
+    return m, labels, rules
+end
+
+
+return _M

@@ -1,0 +1,107 @@
+--- relay app validate [DIR...]: validate apps (default: every app under --apps).
+-- Each DIR is an app directory holding template.yaml, a template file, or an apps directory
+-- (every app inside it is validated).
+-- Prints `ok <app>` per valid app on stdout and `relay: FILE:LINE:COL: message` per
+-- invalid one on stderr; exit 1 if any is invalid, 0 otherwise.
+local apps = require("relay.apps")
+local config = require("relay.config")
+local exit = require("relay.exit")
+
+local _M = {}
+
+
+local function basename(path)
+    return path:match("([^/]+)/*$") or path
+end
+
+
+local function dirname(path)
+    local dir = path:match("^(.*)/[^/]*$")
+    if dir == nil then
+        return "."
+    end
+    return dir == "" and "/" or dir
+end
+
+
+local function file_exists(path)
+    local f = io.open(path, "rb")
+    if f then
+        f:close()
+        return true
+    end
+    return false
+end
+
+
+--- The apps named by one DIR argument, appended to `list`: an app directory (holding
+-- template.yaml), a template file, or an apps directory (no template.yaml of its own but
+-- app subdirectories), whose apps are all validated.
+local function load_arg(arg, list)
+    local dir = arg:match("%.ya?ml$") and dirname(arg) or arg:gsub("(.)/+$", "%1")
+    local name = basename(dir)
+    if arg:match("%.ya?ml$") and basename(arg) ~= "template.yaml" then
+        local f, err = io.open(arg, "rb")
+        if not f then
+            list[#list + 1] = { name = name, dir = dir, state = "invalid", error = arg .. ": cannot read: " .. err }
+            return
+        end
+        local text = f:read("*a")
+        f:close()
+        list[#list + 1] = apps.validate(text, arg, name, dir)
+        return
+    end
+    if not file_exists(dir .. "/template.yaml") then
+        local inner = apps.load_all(dir)
+        if inner and #inner > 0 then
+            for _, app in ipairs(inner) do
+                list[#list + 1] = app
+            end
+            return
+        end
+    end
+    local app = apps.load_app(dirname(dir), name)
+    list[#list + 1] = app or { name = name, dir = dir, state = "invalid", error = dir .. ": no such directory" }
+end
+
+
+local function print_result(app, json)
+    if json then
+        local cjson = require("cjson")
+        io.stdout:write(cjson.encode({ app = app.name, state = app.state, error = app.error }), "\n")
+    elseif app.state == "ok" then
+        io.stdout:write("ok ", app.name, "\n")
+    else
+        io.stderr:write("relay: ", app.error, "\n")
+    end
+end
+
+
+function _M.execute(args)
+    local list = {}
+    if args.dirs and #args.dirs > 0 then
+        for _, dir in ipairs(args.dirs) do
+            load_arg(dir, list)
+        end
+    else
+        local cfg, err = config.load(nil, { apps = args.apps })
+        if not cfg then
+            exit.env(err)
+        end
+        list, err = apps.load_all(cfg.apps)
+        if not list then
+            exit.env(err)
+        end
+    end
+    local invalid = 0
+    for _, app in ipairs(list) do
+        print_result(app, args.json)
+        if app.state ~= "ok" then
+            invalid = invalid + 1
+        end
+    end
+    return invalid > 0 and 1 or 0
+end
+
+
+return _M

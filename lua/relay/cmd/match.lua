@@ -1,0 +1,117 @@
+--- relay match: which invocations an event would start (relay.md section 6).
+--   relay match [--apps DIR] --event JSON          one `<app>/<handler>` line per match
+--   relay match --pattern FILE --event JSON        `match` / `no match`
+--   relay match [--apps DIR | --pattern FILE] --events FILE [--count]
+-- Exit 0 if anything matched, 1 if nothing did, 2 on a malformed single event, an invalid
+-- pattern file or another usage/environment error. Invalid apps under --apps are reported on
+-- stderr (`relay: FILE:LINE:COL: message`) and skipped; the valid ones are still matched.
+local apps = require("relay.apps")
+local config = require("relay.config")
+local exit = require("relay.exit")
+local pattern = require("relay.pattern")
+
+local _M = {}
+
+
+function _M.configure(cmd)
+    cmd:mutex(
+        cmd:option("--event", "One event: a JSON object."):argname("<json>"),
+        cmd:option("--events", "A file with one JSON event per line (- = stdin)."):argname("<file>")
+    )
+    cmd:option("--pattern", "A YAML file holding one pattern (the value of pattern:)."):argname("<file>")
+    cmd:flag("--count", "With --events: print only `matched N of M`.")
+    config.add_flags(cmd, { "apps" })
+end
+
+
+--- The matcher and its labels: one rule from --pattern, or every valid app's rules.
+local function build(args, cfg)
+    local matcher = require("relay.core.matcher")
+    if args.pattern then
+        local json, err = pattern.load_file(args.pattern)
+        if not json then
+            exit.usage(err)
+        end
+        local m = matcher.new()
+        local _, add_err = m:add(json)
+        if add_err then
+            exit.usage(args.pattern .. ": " .. add_err)
+        end
+        return m, { "match" }
+    end
+    local list, err = apps.load_all(cfg.apps)
+    if not list then
+        exit.env(err)
+    end
+    for _, app in ipairs(list) do
+        if app.state ~= "ok" then
+            io.stderr:write("relay: ", app.error, "\n")
+        end
+    end
+    local m, labels = apps.build_matcher(list, matcher)
+    if not m then
+        exit.env(labels)
+    end
+    return m, labels
+end
+
+
+local function match_one(args, cfg, m, labels, now_ms)
+    local ids, reason = m:match(args.event, cfg.max_event_bytes, now_ms)
+    if not ids then
+        exit.usage("malformed event: " .. reason)
+    end
+    if args.pattern then
+        io.stdout:write(#ids > 0 and "match\n" or "no match\n")
+    else
+        for _, id in ipairs(ids) do
+            io.stdout:write(labels[id + 1], "\n")
+        end
+    end
+    return #ids > 0 and 0 or 1
+end
+
+
+local function match_file(args, cfg, m, labels, now_ms)
+    io.stdout:flush() -- scan_file writes through C stdio
+    local matched, total = m:scan_file(args.events, {
+        max_bytes = cfg.max_event_bytes,
+        now_ms = now_ms,
+        count_only = args.count,
+        names = labels,
+        label_only = args.pattern ~= nil,
+    })
+    if not matched then
+        exit.env(total)
+    end
+    if args.count then
+        io.stdout:write(string.format("matched %d of %d\n", matched, total))
+    end
+    return matched > 0 and 0 or 1
+end
+
+
+function _M.execute(args)
+    if not args.event and not args.events then
+        exit.usage("match needs --event JSON or --events FILE")
+    end
+    if args.count and not args.events then
+        exit.usage("--count works with --events only")
+    end
+    if args.pattern and args.apps then
+        exit.usage("--pattern and --apps cannot be combined")
+    end
+    local cfg, err = config.load(nil, { apps = args.apps })
+    if not cfg then
+        exit.env(err)
+    end
+    local m, labels = build(args, cfg)
+    local now_ms = require("relay.core.loop").now_ms()
+    if args.event then
+        return match_one(args, cfg, m, labels, now_ms)
+    end
+    return match_file(args, cfg, m, labels, now_ms)
+end
+
+
+return _M

@@ -1,0 +1,276 @@
+-- `relay match` and `relay app validate`, run as the built binary on the fixtures under
+-- spec/fixtures: stdout, stderr and exit codes (relay.md section 6).
+local ffi = require("ffi")
+
+pcall(ffi.cdef, "long readlink(const char *path, char *buf, size_t size);")
+
+local BASIC = "spec/fixtures/apps/basic"
+local VALID = "spec/fixtures/apps/valid"
+local PATTERNS = "spec/fixtures/patterns"
+local EVENTS = "spec/fixtures/events"
+
+local INVALID_APPS_STDERR = "relay: " .. BASIC .. '/Bad_Name: invalid app name "Bad_Name": app names match '
+    .. "[a-z0-9][a-z0-9_-]*\n"
+    .. "relay: " .. BASIC .. "/broken/template.yaml:7:19: status: a field condition must be a list; "
+    .. "write [COMPLETED]\n"
+    .. "relay: " .. BASIC .. "/notemplate: missing template.yaml\n"
+
+
+--- The relay binary: $RELAY_BIN, else the host running these specs.
+local function relay_bin()
+    local env = os.getenv("RELAY_BIN")
+    if env and env ~= "" then
+        return env
+    end
+    local buf = ffi.new("char[4096]")
+    local n = ffi.C.readlink("/proc/self/exe", buf, 4095)
+    assert(n > 0, "cannot find the relay binary")
+    return ffi.string(buf, n)
+end
+
+local BIN = relay_bin()
+
+
+local function quote(s)
+    return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+
+local function slurp(path)
+    local f = assert(io.open(path, "rb"))
+    local text = f:read("*a")
+    f:close()
+    os.remove(path)
+    return text
+end
+
+
+--- Run relay with `args` (a list), optional stdin text and environment overrides.
+-- @return exit code, stdout, stderr
+local function relay(args, opts)
+    opts = opts or {}
+    local out, err = os.tmpname(), os.tmpname()
+    local parts = { "env", "-u", "RELAY_APPS", "-u", "RELAY_MAX_EVENT_BYTES" }
+    for k, v in pairs(opts.env or {}) do
+        parts[#parts + 1] = quote(k .. "=" .. v)
+    end
+    parts[#parts + 1] = quote(BIN)
+    for _, a in ipairs(args) do
+        parts[#parts + 1] = quote(a)
+    end
+    local cmd = table.concat(parts, " ") .. " >" .. out .. " 2>" .. err
+    local input
+    if opts.stdin then
+        input = os.tmpname()
+        local f = assert(io.open(input, "wb"))
+        f:write(opts.stdin)
+        f:close()
+        cmd = cmd .. " <" .. input
+    else
+        cmd = cmd .. " </dev/null"
+    end
+    local p = assert(io.popen(cmd .. "; echo $?"))
+    local code = tonumber(p:read("*a"))
+    p:close()
+    if input then
+        os.remove(input)
+    end
+    return code, slurp(out), slurp(err)
+end
+
+
+local USERS_INSERT = '{"event_name":"INSERT","table_name":"users"}'
+
+
+describe("relay match --event (apps)", function()
+    it("prints one <app>/<handler> per matching rule in dispatch order, exit 0", function()
+        local code, out, err = relay({ "match", "--apps", VALID, "--event", USERS_INSERT })
+        assert.are.equal("alpha/users.created\nalpha/any.insert\nbeta/users.all\n", out)
+        assert.are.equal("", err)
+        assert.are.equal(0, code)
+    end)
+
+    it("exits 1 with no output when nothing matches", function()
+        local code, out, err = relay({ "match", "--apps", VALID, "--event", '{"event_name":"DELETE"}' })
+        assert.are.same({ 1, "", "" }, { code, out, err })
+    end)
+
+    it("reports invalid apps on stderr and matches with the valid ones", function()
+        local code, out, err = relay({ "match", "--apps", BASIC, "--event", USERS_INSERT })
+        assert.are.equal("alpha/users.created\nalpha/any.insert\nbeta/users.all\n", out)
+        assert.are.equal(INVALID_APPS_STDERR, err)
+        assert.are.equal(0, code)
+    end)
+
+    it("exits 2 on a malformed event", function()
+        for _, event in ipairs({ '{"event_name":', "[1]", "", '{"a":"\255"}' }) do
+            local code, out, err = relay({ "match", "--apps", VALID, "--event", event })
+            assert.are.equal(2, code, event)
+            assert.are.equal("", out)
+            assert.matches("^relay: malformed event: [^\n]+\n$", err)
+        end
+    end)
+
+    it("defaults --apps to RELAY_APPS and honours RELAY_MAX_EVENT_BYTES", function()
+        local code, out = relay({ "match", "--event", USERS_INSERT }, { env = { RELAY_APPS = VALID } })
+        assert.are.equal(0, code)
+        assert.are.equal("alpha/users.created\nalpha/any.insert\nbeta/users.all\n", out)
+        local code2, out2, err2 = relay({ "match", "--event", USERS_INSERT },
+            { env = { RELAY_APPS = VALID, RELAY_MAX_EVENT_BYTES = "16" } })
+        assert.are.equal(2, code2)
+        assert.are.equal("", out2)
+        assert.matches("^relay: malformed event: .*too large", err2)
+    end)
+
+    it("exits 2 on usage and environment errors", function()
+        local code, _, err = relay({ "match", "--apps", VALID })
+        assert.are.equal(2, code)
+        assert.are.equal("relay: match needs --event JSON or --events FILE\n", err)
+        code, _, err = relay({ "match", "--apps", VALID, "--event", "{}", "--count" })
+        assert.are.equal(2, code)
+        assert.are.equal("relay: --count works with --events only\n", err)
+        code, _, err = relay({ "match", "--apps", "spec/fixtures/apps/nonexistent", "--event", "{}" })
+        assert.are.equal(2, code)
+        assert.are.equal("relay: apps directory spec/fixtures/apps/nonexistent: No such file or directory\n", err)
+        code = relay({ "match", "--event", "{}", "--events", "-" })
+        assert.are.equal(2, code)
+    end)
+end)
+
+
+describe("relay match --pattern", function()
+    it("prints match / no match with exit 0 / 1", function()
+        local code, out, err = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--event",
+            '{"new_image":{"status":"FAILED","id":"user_7"}}' })
+        assert.are.same({ 0, "match\n", "" }, { code, out, err })
+        code, out, err = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--event",
+            '{"new_image":{"status":"FAILED","id":"org_7"}}' })
+        assert.are.same({ 1, "no match\n", "" }, { code, out, err })
+    end)
+
+    it("evaluates now() at match time", function()
+        local recent = os.date("!%Y-%m-%dT%H:%M:%SZ", os.time() - 60)
+        local old = os.date("!%Y-%m-%dT%H:%M:%SZ", os.time() - 600)
+        local code, out = relay({ "match", "--pattern", PATTERNS .. "/recent.yaml", "--event",
+            '{"created_at":"' .. recent .. '"}' })
+        assert.are.same({ 0, "match\n" }, { code, out })
+        code, out = relay({ "match", "--pattern", PATTERNS .. "/recent.yaml", "--event",
+            '{"created_at":"' .. old .. '"}' })
+        assert.are.same({ 1, "no match\n" }, { code, out })
+    end)
+
+    it("exits 2 with file:line:col on an invalid pattern", function()
+        local code, out, err = relay({ "match", "--pattern", PATTERNS .. "/invalid.yaml", "--event", "{}" })
+        assert.are.equal(2, code)
+        assert.are.equal("", out)
+        assert.are.equal("relay: " .. PATTERNS .. '/invalid.yaml:4:7: id: unknown operator "prefx"; '
+            .. "did you mean prefix?\n", err)
+        code, out, err = relay({ "match", "--pattern", PATTERNS .. "/broken_yaml.yaml", "--event", "{}" })
+        assert.are.equal(2, code)
+        assert.are.equal("", out)
+        assert.matches("^relay: " .. PATTERNS:gsub("%p", "%%%0") .. "/broken_yaml.yaml:%d+:%d+: ", err)
+        code, out, err = relay({ "match", "--pattern", PATTERNS .. "/missing.yaml", "--event", "{}" })
+        assert.are.equal("", out)
+        assert.are.equal(2, code)
+        assert.matches("missing.yaml: cannot read: ", err)
+    end)
+
+    it("refuses --pattern together with --apps", function()
+        local code = relay({ "match", "--apps", VALID, "--pattern", PATTERNS .. "/nested.yaml", "--event", "{}" })
+        assert.are.equal(2, code)
+    end)
+end)
+
+
+describe("relay match --events (bulk)", function()
+    it("prints <line> <app>/<handler> per match and reports malformed lines", function()
+        local code, out, err = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl" })
+        assert.are.equal("1 alpha/users.created\n1 alpha/any.insert\n1 beta/users.all\n2 beta/users.all\n"
+            .. "3 alpha/any.insert\n", out)
+        assert.matches("^relay: " .. EVENTS:gsub("%p", "%%%0") .. "/users.jsonl:4: [^\n]+\n$", err)
+        assert.are.equal(0, code)
+    end)
+
+    it("--count prints only matched N of M", function()
+        local code, out = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl", "--count" })
+        assert.are.same({ 0, "matched 3 of 5\n" }, { code, out })
+    end)
+
+    it("reads stdin with -, and prints line numbers with --pattern", function()
+        local f = assert(io.open(EVENTS .. "/images.jsonl", "rb"))
+        local text = f:read("*a")
+        f:close()
+        local code, out, err = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--events", "-" },
+            { stdin = text })
+        assert.are.equal("1\n4\n", out)
+        assert.matches("^relay: %-:3: [^\n]+\n$", err)
+        assert.are.equal(0, code)
+        code, out = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--events", "-", "--count" },
+            { stdin = text })
+        assert.are.same({ 0, "matched 2 of 4\n" }, { code, out })
+    end)
+
+    it("exits 1 when no event matched", function()
+        local code, out = relay({ "match", "--apps", VALID, "--events", "-", "--count" },
+            { stdin = '{"a":1}\n{"b":2}\n' })
+        assert.are.same({ 1, "matched 0 of 2\n" }, { code, out })
+    end)
+
+    it("exits 2 when the file cannot be read", function()
+        local code, _, err = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/missing.jsonl" })
+        assert.are.equal(2, code)
+        assert.matches("missing.jsonl", err)
+    end)
+end)
+
+
+describe("relay app validate", function()
+    it("prints ok <app> per valid app, errors with file:line:col, exit 1 if any invalid", function()
+        local code, out, err = relay({ "app", "validate", "--apps", BASIC })
+        assert.are.equal("ok alpha\nok beta\n", out)
+        assert.are.equal(INVALID_APPS_STDERR, err)
+        assert.are.equal(1, code)
+    end)
+
+    it("exits 0 when every app is valid (default: RELAY_APPS)", function()
+        local code, out, err = relay({ "app", "validate" }, { env = { RELAY_APPS = VALID } })
+        assert.are.same({ 0, "ok alpha\nok beta\n", "" }, { code, out, err })
+    end)
+
+    it("validates the given app directories", function()
+        local code, out, err = relay({ "app", "validate", BASIC .. "/alpha", BASIC .. "/broken/" })
+        assert.are.equal("ok alpha\n", out)
+        assert.are.equal("relay: " .. BASIC .. "/broken/template.yaml:7:19: status: a field condition must "
+            .. "be a list; write [COMPLETED]\n", err)
+        assert.are.equal(1, code)
+        code, out = relay({ "app", "validate", BASIC .. "/beta" })
+        assert.are.same({ 0, "ok beta\n" }, { code, out })
+        -- An apps directory validates every app in it; a missing directory is invalid.
+        code, out, err = relay({ "app", "validate", VALID })
+        assert.are.same({ 0, "ok alpha\nok beta\n", "" }, { code, out, err })
+        code, out, err = relay({ "app", "validate", "spec/fixtures/apps/nonexistent" })
+        assert.are.same({ 1, "", "relay: spec/fixtures/apps/nonexistent: no such directory\n" }, { code, out, err })
+    end)
+
+    it("prints one JSON object per app with --json", function()
+        local code, out = relay({ "app", "validate", "--json", "--apps", VALID })
+        assert.are.equal(0, code)
+        local cjson = require("cjson")
+        local lines = {}
+        for line in out:gmatch("[^\n]+") do
+            lines[#lines + 1] = cjson.decode(line)
+        end
+        assert.are.same({ { app = "alpha", state = "ok" }, { app = "beta", state = "ok" } }, lines)
+    end)
+
+    it("answers 'not implemented yet' (exit 2) for a sub-command without a module", function()
+        for _, sub in ipairs({ "ls", "pause", "resume" }) do
+            if not package.searchpath("relay.cmd.app_" .. sub, package.path) then
+                local args = sub == "ls" and { "app", "ls" } or { "app", sub, "x" }
+                local code, _, err = relay(args)
+                assert.are.equal(2, code)
+                assert.are.equal("relay: app " .. sub .. " is not implemented yet\n", err)
+            end
+        end
+    end)
+end)

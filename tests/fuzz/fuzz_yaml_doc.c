@@ -1,0 +1,66 @@
+/* libFuzzer target for the C YAML layer: any input must either parse into a tree whose
+ * marks are sane and whose scalars resolve, or fail with a "line:col: " error. */
+#include "relay/yaml_doc.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+
+static void
+walk(const relay_yaml_node *node, int depth)
+{
+    relay_yaml_value v;
+    size_t i, n;
+
+    if (depth > RELAY_YAML_MAX_DEPTH + 1 || node->line < 1 || node->col < 1) {
+        abort();
+    }
+    if (node->kind == RELAY_YAML_SCALAR) {
+        if (node->text == NULL || node->text[node->len] != '\0') {
+            abort();
+        }
+        relay_yaml_resolve(node, &v);
+        return;
+    }
+    n = node->kind == RELAY_YAML_MAP ? node->count * 2 : node->count;
+    for (i = 0; i < n; i++) {
+        if (node->kind == RELAY_YAML_MAP && i % 2 == 0 && node->items[i]->kind != RELAY_YAML_SCALAR) {
+            abort();
+        }
+        walk(node->items[i], depth + 1);
+    }
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char err[RELAY_YAML_ERR_MAX];
+    relay_yaml_node *root = NULL;
+    unsigned long line, col;
+    char *end;
+
+    if (relay_yaml_parse((const char *)data, size, &root, err, sizeof(err)) == 0) {
+        if (root != NULL) {
+            walk(root, 0);
+        }
+        relay_yaml_free(root);
+        return 0;
+    }
+    if (root != NULL) {
+        abort();
+    }
+    /* Every error starts with "line:col: ". */
+    line = strtoul(err, &end, 10);
+    if (line < 1 || *end != ':') {
+        abort();
+    }
+    col = strtoul(end + 1, &end, 10);
+    if (col < 1 || strncmp(end, ": ", 2) != 0) {
+        abort();
+    }
+    return 0;
+}
