@@ -20,6 +20,7 @@ int luaopen_relay_core_redis(lua_State *L);
 int luaopen_relay_core_build(lua_State *L);
 int luaopen_relay_core_matcher(lua_State *L);
 int luaopen_relay_core_yaml(lua_State *L);
+int luaopen_relay_core_proc(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.loop", luaopen_relay_core_loop},
@@ -28,6 +29,7 @@ static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.build", luaopen_relay_core_build},
     {"relay.core.matcher", luaopen_relay_core_matcher},
     {"relay.core.yaml", luaopen_relay_core_yaml},
+    {"relay.core.proc", luaopen_relay_core_proc},
     {NULL, NULL},
 };
 

@@ -24,7 +24,7 @@ local DEFAULTS = {
         summary = "One line per app: name, state, driver, handlers, schedules, concurrency, note.",
         configure = function(cmd)
             cmd:flag("--json", "One JSON object per app.")
-            config.add_flags(cmd, { "apps", "runtime", "max_concurrency" })
+            config.add_flags(cmd, { "apps", "runtime", "max_concurrency", "redis_url", "stream" })
         end,
     },
     {

@@ -1,0 +1,106 @@
+/*
+ * Child-process supervision on the libev default loop.
+ *
+ * One relay_proc is one child (a container runtime, usually) in its own
+ * process group, with three pipes. Its stdin is written without blocking the
+ * loop and then closed; stdout and stderr are split into lines through a
+ * fixed per-stream buffer, so a flood never grows memory; a deadline sends
+ * SIGTERM to the group, then SIGKILL after a grace period, with optional
+ * driver hooks (for example `runc kill`) called at both steps.
+ *
+ * Completion is reported once: after the child was reaped AND both output
+ * pipes reached EOF, or were force-closed a bounded time after the exit (an
+ * escaped grandchild can hold them open). The child is reaped through an
+ * ev_child watcher started right after fork (pitfall P14); this code never
+ * calls waitpid(-1).
+ *
+ * Callers must ignore SIGPIPE process-wide (a handler that never reads its
+ * stdin makes our write fail with EPIPE, which is fine); the child gets the
+ * default disposition back before exec.
+ */
+#ifndef RELAY_PROC_H
+#define RELAY_PROC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <ev.h>
+
+enum {
+    RELAY_PROC_STDOUT = 1,
+    RELAY_PROC_STDERR = 2
+};
+
+/* Default per-stream line buffer: a longer line is emitted in pieces. */
+#define RELAY_PROC_LINE_MAX (64 * 1024)
+
+typedef struct relay_proc relay_proc;
+
+typedef struct relay_proc_report {
+    int exited;            /* 1: exited normally, status is valid */
+    int status;            /* exit status */
+    int signal;            /* terminating signal, 0 if none */
+    int timed_out;         /* the deadline passed and the group was signalled */
+    int start_errno;       /* != 0: the child could not be started (exec, chdir, ...) */
+    char start_error[256]; /* e.g. "exec runc: No such file or directory" */
+    int64_t duration_ms;   /* spawn to completion, monotonic */
+} relay_proc_report;
+
+/* One line (without its '\n') or one piece of a line. partial is 1 when the
+ * bytes are not terminated by a newline: a piece of an over-long line, or an
+ * unterminated last line. Writing bytes plus "\n" unless partial reproduces
+ * the stream exactly. */
+typedef void (*relay_proc_line_fn)(void *ud, int stream, const char *bytes, size_t len, int partial);
+
+/* Called exactly once, from a loop callback, unless relay_proc_free() came
+ * first. The proc stays valid (free it afterwards, or from inside). */
+typedef void (*relay_proc_done_fn)(void *ud, relay_proc *p, const relay_proc_report *r);
+
+/* Driver hook at the TERM (which = SIGTERM) and KILL (which = SIGKILL) steps. */
+typedef void (*relay_proc_hook_fn)(void *ud, relay_proc *p, int which);
+
+typedef struct relay_proc_opts {
+    const char *const *argv;      /* argv[0] is searched in PATH if it has no '/' */
+    const char *const *envp;      /* NULL: inherit ours */
+    const char *cwd;              /* NULL: ours */
+    const char *stdin_data;       /* copied; NULL/0: stdin is closed at once */
+    size_t stdin_len;
+    double timeout_s;             /* <= 0: no deadline */
+    double grace_s;               /* TERM -> KILL; <= 0 means 2 s */
+    double drain_s;               /* after the reap, wait this long for EOF; <= 0 means 2 s */
+    double kill_delay_s;          /* with a hook: time the KILL hook gets before the group is SIGKILLed */
+    size_t line_max;              /* 0: RELAY_PROC_LINE_MAX */
+    int keep_group;               /* 0: SIGKILL what is left of the group once the child is reaped */
+    const char *const *cgroup_procs; /* NULL-terminated cgroup.procs files the child joins before exec */
+    relay_proc_line_fn on_line;
+    relay_proc_done_fn on_done;
+    relay_proc_hook_fn on_hook;
+    void *ud;
+} relay_proc_opts;
+
+/* Starts the child. Returns NULL with a message in err on a host failure
+ * (pipe, fork); a failure of exec in the child is reported through the
+ * completion (start_errno, start_error) instead. loop must be the default loop. */
+relay_proc *relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size_t errlen);
+
+pid_t relay_proc_pid(const relay_proc *p);
+int relay_proc_done(const relay_proc *p);
+const relay_proc_report *relay_proc_report_get(const relay_proc *p);
+
+/* Sends sig to the child's process group. Returns 0, or -1 if it is gone. */
+int relay_proc_kill(relay_proc *p, int sig);
+
+/* Starts the deadline sequence now (TERM, grace, KILL), as if the timeout
+ * had passed; timed_out is then reported. */
+void relay_proc_terminate(relay_proc *p);
+
+/* Frees a finished proc. A running one has its group SIGKILLed (no hook: this
+ * may run at shutdown), is reaped synchronously and freed, without its done
+ * callback. May be called from inside on_done, not from on_line or on_hook. */
+void relay_proc_free(relay_proc *p);
+
+/* Live procs (spawned, not yet freed): for tests and metrics. */
+int relay_proc_live_count(void);
+
+#endif

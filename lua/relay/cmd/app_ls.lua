@@ -1,0 +1,132 @@
+--- relay app ls: one tab-separated line per app (relay.md section 6):
+-- name, state (ok, invalid, unavailable, paused), driver, handlers,
+-- schedules, effective concurrency, note. Empty columns print as `-`; the
+-- note is last because it may hold spaces. --json: one object per line.
+local apps = require("relay.apps")
+local config = require("relay.config")
+local core_redis = require("relay.core.redis")
+local exit = require("relay.exit")
+local keys = require("relay.keys")
+local runtime = require("relay.runtime")
+
+local _M = {}
+
+
+--- The set {name = true} of fleet-wide paused apps. Listing apps must not
+-- depend on Redis: when it cannot be reached the paused state is reported
+-- as unknown on stderr and no app shows as paused.
+function _M.paused_apps(cfg)
+    local client, err = core_redis.connect_blocking(cfg.redis_url, 2)
+    if not client then
+        io.stderr:write("relay: paused state unknown: ", err, "\n")
+        return {}
+    end
+    local names, cerr = client:call("SMEMBERS", keys.for_stream(cfg.stream).paused)
+    client:close()
+    if type(names) ~= "table" then
+        io.stderr:write("relay: paused state unknown: ", tostring(cerr), "\n")
+        return {}
+    end
+    local set = {}
+    for _, name in ipairs(names) do
+        set[name] = true
+    end
+    return set
+end
+
+
+local function names(list, field)
+    local out = {}
+    for _, e in ipairs(list or {}) do
+        out[#out + 1] = e[field]
+    end
+    return out
+end
+
+
+--- The row of one app: { name, state, driver, handlers, schedules, concurrency, note }.
+function _M.row(rt, cfg, app, paused)
+    local row = {
+        name = app.name,
+        state = app.state,
+        driver = "-",
+        handlers = names(app.events, "handler"),
+        schedules = names(app.schedules, "name"),
+        concurrency = nil,
+        note = nil,
+    }
+    if app.state ~= "ok" then
+        row.state, row.note = "invalid", app.error
+        return row
+    end
+    local max = cfg.max_concurrency or 4
+    row.concurrency = math.min(app.concurrency or max, max)
+    local driver, derr = rt:driver_for(app)
+    if not driver then
+        row.state, row.note = "unavailable", derr
+        return row
+    end
+    row.driver = driver.name
+    local ok, why = driver:check(app)
+    if not ok then
+        row.state, row.note = "unavailable", why
+        return row
+    end
+    if paused[app.name] then
+        row.state = "paused"
+    end
+    row.note = driver:note(app) or app.reload_error
+    return row
+end
+
+
+local function dash(s)
+    if s == nil or s == "" then
+        return "-"
+    end
+    return (tostring(s):gsub("[\t\n]", " "))
+end
+
+
+function _M.format(row)
+    return table.concat({
+        row.name, row.state, dash(row.driver),
+        dash(table.concat(row.handlers, ",")), dash(table.concat(row.schedules, ",")),
+        dash(row.concurrency), dash(row.note),
+    }, "\t")
+end
+
+
+function _M.execute(args)
+    local cfg, err = config.load(nil, { apps = args.apps, runtime = args.runtime,
+        max_concurrency = args.max_concurrency })
+    if not cfg then
+        exit.env(err)
+    end
+    local list, lerr = apps.load_all(cfg.apps)
+    if not list then
+        exit.env(lerr)
+    end
+    local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, consumer = cfg.consumer })
+    local paused = _M.paused_apps(cfg) or {}
+    for _, app in ipairs(list) do
+        local row = _M.row(rt, cfg, app, paused)
+        if args.json then
+            local cjson = require("cjson")
+            local obj = {
+                name = row.name, state = row.state, driver = row.driver ~= "-" and row.driver or nil,
+                handlers = row.handlers, schedules = row.schedules,
+                concurrency = row.concurrency, note = row.note,
+            }
+            local text = cjson.encode(obj):gsub('"handlers":{}', '"handlers":[]')
+                :gsub('"schedules":{}', '"schedules":[]'):gsub('\\/', '/')
+            io.stdout:write(text, "\n")
+        else
+            io.stdout:write(_M.format(row), "\n")
+        end
+    end
+    return 0
+end
+
+
+return _M

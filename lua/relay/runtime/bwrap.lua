@@ -1,0 +1,316 @@
+--- The bubblewrap driver: unprivileged hosts. Same contract as runc; limits
+-- come from cgroup dirs Relay creates (the child joins them before exec)
+-- when it can write them, and `relay app ls` says when it cannot.
+--
+-- Known difference: bwrap does not forward SIGTERM into the sandbox; at the
+-- deadline the outer bwrap dies and --die-with-parent SIGKILLs the sandbox,
+-- so a handler gets no graceful TERM under this driver.
+local fs = require("relay.runtime.fs")
+local log = require("relay.log")
+local runtime = require("relay.runtime")
+
+local _M = {}
+local D = {}
+
+local UID, GID = 65534, 65534
+local CPU_PERIOD = 100000
+local HOST_TOP = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
+local RM_TRIES = 20
+
+
+function _M.available()
+    return fs.which("bwrap") ~= nil
+end
+
+
+function _M.new(rt)
+    return setmetatable({ rt = rt, bwrap = fs.which("bwrap") }, { __index = D })
+end
+
+
+local function image_path(app)
+    local image = (app.runtime or {}).image or "host"
+    if image == "host" then
+        return nil
+    end
+    return image:sub(1, 1) == "/" and image or (runtime.app_dir(app) .. "/" .. image)
+end
+
+
+function D:check(app)
+    if not self.bwrap then
+        return nil, "bwrap not found in PATH"
+    end
+    local r = app.runtime or {}
+    if type(r.command) ~= "table" or #r.command == 0 then
+        return nil, "runtime.command is not set"
+    end
+    local img = image_path(app)
+    if img and not fs.is_dir(img) then
+        return nil, "image directory not found: " .. img
+    end
+    return true
+end
+
+
+local function write(path, value)
+    local f, err = io.open(path, "w")
+    if not f then
+        return nil, err
+    end
+    f:setvbuf("no") -- a cgroup refuses a value at write(), not at close
+    local ok, werr = f:write(tostring(value))
+    f:close()
+    if not ok then
+        return nil, path .. ": " .. tostring(werr)
+    end
+    return true
+end
+
+
+--- Leaves to create for one invocation: { {dir=, files={{name, value}...}} }.
+local function cgroup_plan(rt, id, limits)
+    local mode = runtime.cgroup_mode()
+    local root = runtime.CGROUP_ROOT
+    if mode == "v1" then
+        local plan = {
+            { dir = root .. "/memory/" .. rt.cgroup_parent .. "/" .. id,
+              files = { { "memory.limit_in_bytes", limits.memory },
+                        { "memory.memsw.limit_in_bytes", limits.memory } } },
+            { dir = root .. "/pids/" .. rt.cgroup_parent .. "/" .. id, files = { { "pids.max", limits.pids } } },
+        }
+        if limits.cpus then
+            plan[3] = { dir = root .. "/cpu/" .. rt.cgroup_parent .. "/" .. id,
+                files = { { "cpu.cfs_period_us", CPU_PERIOD },
+                          { "cpu.cfs_quota_us", math.floor(limits.cpus * CPU_PERIOD) } } }
+        end
+        return plan
+    elseif mode == "v2" then
+        local files = { { "memory.max", limits.memory }, { "memory.swap.max", 0 }, { "pids.max", limits.pids } }
+        if limits.cpus then
+            files[#files + 1] = { "cpu.max", math.floor(limits.cpus * CPU_PERIOD) .. " " .. CPU_PERIOD }
+        end
+        return { { dir = root .. "/" .. rt.cgroup_parent .. "/" .. id, files = files, v2 = true } }
+    end
+    return nil
+end
+
+
+--- cgroup v2 needs the controllers enabled in every ancestor.
+local function enable_v2_controllers(rel)
+    local path = runtime.CGROUP_ROOT
+    for part in rel:gmatch("[^/]+") do
+        write(path .. "/cgroup.subtree_control", "+memory +pids +cpu")
+        path = path .. "/" .. part
+    end
+end
+
+
+--- Creates the invocation's cgroup leaves; returns their cgroup.procs files
+-- and dirs, or nil, err (then nothing is left behind).
+function D:cgroup_setup(id, limits)
+    local plan = cgroup_plan(self.rt, id, limits)
+    if not plan then
+        return nil, "no cgroup hierarchy"
+    end
+    local procs, dirs = {}, {}
+    for _, leaf in ipairs(plan) do
+        local ok, err = fs.mkdir_p(leaf.dir)
+        if ok and leaf.v2 then
+            enable_v2_controllers(self.rt.cgroup_parent .. "/" .. id)
+        end
+        for _, f in ipairs(ok and leaf.files or {}) do
+            -- memsw may be absent (no swap accounting): not fatal
+            local wok, werr = write(leaf.dir .. "/" .. f[1], f[2])
+            if not wok and f[1] ~= "memory.memsw.limit_in_bytes" and f[1] ~= "memory.swap.max" then
+                ok, err = nil, werr
+                break
+            end
+        end
+        if ok then
+            dirs[#dirs + 1] = leaf.dir
+            procs[#procs + 1] = leaf.dir .. "/cgroup.procs"
+        else
+            fs.rmdir(leaf.dir)
+            for _, d in ipairs(dirs) do
+                fs.rmdir(d)
+            end
+            return nil, err
+        end
+    end
+    return procs, dirs
+end
+
+
+--- Whether limits can be enforced here (probed once per context).
+function D:can_limit()
+    if self.limit_ok == nil then
+        local procs, dirs = self:cgroup_setup(self.rt.prefix .. "-probe-" .. self.rt.pid, runtime.limits({}))
+        self.limit_ok = procs ~= nil
+        self.limit_err = dirs
+        if procs then
+            for _, d in ipairs(dirs) do
+                fs.rmdir(d)
+            end
+        end
+    end
+    return self.limit_ok, self.limit_err
+end
+
+
+function D:note(_)
+    local ok, err = self:can_limit()
+    if not ok then
+        return "memory and pids limits not enforced: cannot write cgroups (" .. tostring(err) .. ")"
+    end
+    return nil
+end
+
+
+local function rootfs_args(app, argv)
+    local img = image_path(app)
+    if img then
+        local real = fs.realpath(img) or img
+        -- --tmpfs destinations must exist in a read-only root
+        fs.mkdir(real .. "/tmp", 1023)
+        fs.mkdir(real .. "/app")
+        argv[#argv + 1] = "--ro-bind"
+        argv[#argv + 1] = real
+        argv[#argv + 1] = "/"
+        return
+    end
+    for _, d in ipairs({ "/usr", "/etc" }) do
+        argv[#argv + 1] = "--ro-bind"
+        argv[#argv + 1] = d
+        argv[#argv + 1] = d
+    end
+    for _, name in ipairs(HOST_TOP) do
+        local target = fs.readlink("/" .. name)
+        if target then
+            argv[#argv + 1] = "--symlink"
+            argv[#argv + 1] = target
+            argv[#argv + 1] = "/" .. name
+        elseif fs.is_dir("/" .. name) then
+            argv[#argv + 1] = "--ro-bind"
+            argv[#argv + 1] = "/" .. name
+            argv[#argv + 1] = "/" .. name
+        end
+    end
+end
+
+
+--- The bwrap command line of one invocation (no side effects).
+function D:command(app, inv)
+    local limits = runtime.limits(app)
+    local argv = { self.bwrap or "bwrap", "--unshare-all" }
+    if limits.network == "host" then
+        argv[#argv + 1] = "--share-net"
+    end
+    local tail = { "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+        "--uid", tostring(UID), "--gid", tostring(GID), "--hostname", "relay" }
+    for _, a in ipairs(tail) do
+        argv[#argv + 1] = a
+    end
+    rootfs_args(app, argv)
+    -- bwrap's own root is a writable tmpfs: --remount-ro makes it read-only
+    -- (not recursive: /tmp stays writable)
+    for _, a in ipairs({ "--ro-bind", runtime.app_dir(app), "/app", "--tmpfs", "/tmp", "--proc", "/proc",
+        "--dev", "/dev", "--remount-ro", "/", "--chdir", "/app" }) do
+        argv[#argv + 1] = a
+    end
+    for _, kv in ipairs(runtime.env_list(runtime.container_env(app, inv))) do
+        local k, v = kv:match("^([^=]*)=(.*)$")
+        argv[#argv + 1] = "--setenv"
+        argv[#argv + 1] = k
+        argv[#argv + 1] = v
+    end
+    argv[#argv + 1] = "--"
+    for _, a in ipairs(app.runtime.command) do
+        argv[#argv + 1] = a
+    end
+    return argv
+end
+
+
+function D:prepare(app, inv)
+    local id = runtime.container_id(self.rt, app.name, inv.handler)
+    local spec = {
+        id = id,
+        argv = self:command(app, inv),
+        env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" },
+        cgroup_dirs = {},
+    }
+    if self:can_limit() then
+        local procs, dirs = self:cgroup_setup(id, runtime.limits(app))
+        if procs then
+            spec.cgroup_procs, spec.cgroup_dirs = procs, dirs
+        else
+            log.warn("bwrap: running without limits", { app = app.name, error = dirs })
+        end
+    end
+    -- bwrap's own setup errors look like a handler's exit 1 except for this prefix
+    spec.observe = function(stream, line)
+        if stream == "stderr" and line:sub(1, 7) == "bwrap: " then
+            spec.bwrap_error = line
+        end
+    end
+    return spec
+end
+
+
+local function kill_cgroup(dir)
+    local procs = fs.read_file(dir .. "/cgroup.procs") or ""
+    for pid in procs:gmatch("%d+") do
+        fs.kill(tonumber(pid), 9)
+    end
+end
+
+
+--- Removes the leaves; a leftover process (there should be none: the pid
+-- namespace died with bwrap) is killed first.
+local function remove_leaves(dirs)
+    local ok, loop = pcall(require, "relay.core.loop")
+    for _, dir in ipairs(dirs) do
+        for _ = 1, RM_TRIES do
+            if fs.rmdir(dir) or not fs.is_dir(dir) then
+                break
+            end
+            kill_cgroup(dir)
+            if ok then
+                loop.sleep(0.05)
+            end
+        end
+    end
+end
+
+
+function D.finish(_, spec, report)
+    local out = { status = report.status, signal = report.signal }
+    remove_leaves(spec.cgroup_dirs or {})
+    if report.start_error then
+        out.host_failure, out.detail = true, "bwrap: " .. report.start_error
+    elseif spec.bwrap_error and report.status == 1 then
+        local msg = spec.bwrap_error
+        if msg:find("execvp", 1, true) then
+            -- the handler's command is missing or not executable: its failure
+            out.status = msg:find("Permission denied", 1, true) and 126 or 127
+            out.detail = msg
+        else
+            out.host_failure, out.detail = true, msg
+        end
+    elseif report.status and report.status > 128 and report.status < 160 then
+        -- bwrap exits 128+N when the sandboxed command died of signal N
+        out.status, out.signal = nil, report.status - 128
+    end
+    return out
+end
+
+
+--- Orphans: bwrap dies with its parent, so only empty cgroup leaves remain.
+function D:sweep()
+    self.rt:sweep_cgroup_leaves()
+    return 0
+end
+
+
+return _M

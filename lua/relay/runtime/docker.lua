@@ -1,0 +1,203 @@
+--- The docker driver: `docker run --rm -i` with the same limits as runc.
+-- podman.lua reuses this module with its own binary and flags.
+--
+-- Exit status 125 is the engine's own error (a host failure, not an
+-- attempt); 126/127 (command not executable / not found in the image) are
+-- the handler's failure, as relay.md section 3 says. The CLI proxies our
+-- SIGTERM to the container; the KILL step is `<engine> kill`, then `rm -f`.
+local fs = require("relay.runtime.fs")
+local runtime = require("relay.runtime")
+
+local _M = {}
+local D = {}
+
+local UID, GID = 65534, 65534
+local ENGINE_ERROR = 125
+local KILL_DELAY_S = 3
+
+
+--- Builds a driver module for an engine binary (docker or podman).
+function _M.make(engine, tweaks)
+    local mod = {}
+    tweaks = tweaks or {}
+
+    function mod.available()
+        return fs.which(engine) ~= nil
+    end
+
+    function mod.new(rt)
+        local d = setmetatable({
+            rt = rt,
+            engine = engine,
+            bin = fs.which(engine),
+            tweaks = tweaks,
+            images = {},
+        }, { __index = D })
+        -- who owns a container: the daemon sweeps exactly its own label
+        d.owner = rt.private and (rt.consumer .. ".invoke-" .. rt.pid) or rt.consumer
+        return d
+    end
+
+    return mod
+end
+
+
+--- The engine's environment (podman also needs its containers.conf).
+function D:engine_env()
+    local env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" }
+    for _, k in ipairs({ "HOME", "XDG_RUNTIME_DIR", "DOCKER_HOST", "DOCKER_CONFIG", "CONTAINER_HOST" }) do
+        env[k] = os.getenv(k)
+    end
+    if self.tweaks.engine_env then
+        self.tweaks.engine_env(self, env)
+    end
+    return env
+end
+
+
+local function image_of(app)
+    return (app.runtime or {}).image
+end
+
+
+--- Availability: the binary, a reachable engine, the image present locally.
+-- Probes run the engine once (cached per context); must run in a task.
+function D:check(app)
+    if not self.bin then
+        return nil, self.engine .. " not found in PATH"
+    end
+    local r = app.runtime or {}
+    if type(r.command) ~= "table" or #r.command == 0 then
+        return nil, "runtime.command is not set"
+    end
+    local image = image_of(app)
+    if not image or image == "host" then
+        return nil, "the " .. self.engine .. " driver needs an image reference (image: host is runc/bwrap only)"
+    end
+    if self.engine_ok == nil then
+        local report = runtime.exec({ self.bin, "info" }, 20)
+        self.engine_ok = report ~= nil and report.status == 0
+    end
+    if not self.engine_ok then
+        return nil, "`" .. self.engine .. " info` failed: engine not reachable"
+    end
+    if self.images[image] == nil then
+        local report = runtime.exec({ self.bin, "image", "inspect", image }, 20)
+        self.images[image] = report ~= nil and report.status == 0
+    end
+    if not self.images[image] then
+        return nil, "image not found: " .. image
+    end
+    return true
+end
+
+
+function D.note(_, _)
+    return nil
+end
+
+
+--- The `run` command line of one invocation (no side effects).
+function D:command(app, inv, id)
+    local limits = runtime.limits(app)
+    local argv = { self.bin or self.engine }
+    for _, a in ipairs(self.tweaks.global_args or {}) do
+        argv[#argv + 1] = a
+    end
+    local function add(...)
+        for _, a in ipairs({ ... }) do
+            argv[#argv + 1] = a
+        end
+    end
+    add("run", "--rm", "-i", "--name", id, "--label", "relay.owner=" .. self.owner,
+        "--network", limits.network == "host" and "host" or "none",
+        "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--memory", string.format("%db", limits.memory), "--memory-swap", string.format("%db", limits.memory),
+        "--pids-limit", tostring(limits.pids), "--user", UID .. ":" .. GID,
+        "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m",
+        "-v", runtime.app_dir(app) .. ":/app:ro", "-w", "/app")
+    if limits.cpus then
+        add("--cpus", tostring(limits.cpus))
+    end
+    if (app.runtime or {}).init ~= false then
+        add("--init")
+    end
+    for _, kv in ipairs(runtime.env_list(runtime.container_env(app, inv))) do
+        add("-e", kv)
+    end
+    add(image_of(app))
+    for _, a in ipairs(app.runtime.command) do
+        add(a)
+    end
+    return argv
+end
+
+
+function D:prepare(app, inv)
+    local id = runtime.container_id(self.rt, app.name, inv.handler)
+    local base = { self.bin or self.engine }
+    for _, a in ipairs(self.tweaks.global_args or {}) do
+        base[#base + 1] = a
+    end
+    local function cmd(...)
+        local t = { unpack(base) }
+        for _, a in ipairs({ ... }) do
+            t[#t + 1] = a
+        end
+        return t
+    end
+    return {
+        id = id,
+        argv = self:command(app, inv, id),
+        env = self:engine_env(),
+        kill_argv = cmd("kill", "--signal", "KILL", id),
+        kill_delay = KILL_DELAY_S,
+        rm_argv = cmd("rm", "-f", id),
+    }
+end
+
+
+function D:finish(spec, report)
+    local out = { status = report.status, signal = report.signal }
+    if report.start_error then
+        out.host_failure, out.detail = true, self.engine .. ": " .. report.start_error
+    elseif report.status == ENGINE_ERROR and not report.timed_out then
+        out.host_failure, out.detail = true, self.engine .. " run failed (status 125)"
+    elseif report.status and report.status > 128 and report.status < 160 then
+        out.status, out.signal = nil, report.status - 128
+    end
+    if report.timed_out or report.signal then
+        runtime.exec(spec.rm_argv, 20)
+    end
+    return out
+end
+
+
+--- This owner's leftover containers (by label, never by name prefix: a
+-- `relay app invoke` of the same consumer has another owner label).
+function D:sweep()
+    local args = { self.bin }
+    for _, a in ipairs(self.tweaks.global_args or {}) do
+        args[#args + 1] = a
+    end
+    local list = { unpack(args) }
+    for _, a in ipairs({ "ps", "-a", "-q", "--filter", "label=relay.owner=" .. self.owner }) do
+        list[#list + 1] = a
+    end
+    local report, ids = runtime.exec(list, 20)
+    local n = 0
+    for _, id in ipairs(report and report.status == 0 and ids or {}) do
+        local rm = { unpack(args) }
+        for _, a in ipairs({ "rm", "-f", id }) do
+            rm[#rm + 1] = a
+        end
+        runtime.exec(rm, 20)
+        n = n + 1
+    end
+    return n
+end
+
+
+local docker = _M.make("docker")
+docker.make = _M.make
+return docker

@@ -1,0 +1,328 @@
+--- The container runtime: driver selection, availability, and what every
+-- driver shares (the container environment, limits, names, cgroup paths).
+--
+-- A runtime context `rt` belongs to one process: the daemon (runtime root
+-- `$RELAY_STATE_DIR/<consumer>/`, sweeps its own orphans at start) or one
+-- `relay app invoke` (a private root under it, removed at exit, never sweeps).
+-- Drivers (relay.runtime.runc|bwrap|docker|podman) each export
+-- `new(rt) -> driver` with methods:
+--   check(app)            -> true | nil, reason   (unavailable: missing binary or image)
+--   note(app)             -> string | nil         (a limit it cannot enforce, for `relay app ls`)
+--   prepare(app, inv)     -> spec | nil, err      (err: host failure)
+--   finish(spec, report)  -> { host_failure=bool, detail=string|nil, status=N|nil, signal=N|nil }
+--   sweep()               -> removed count        (this consumer's orphans only)
+-- spec = { argv, env, term_argv, kill_argv, kill_delay, cgroup_procs, keep_group }.
+local duration = require("relay.duration")
+local fs = require("relay.runtime.fs")
+
+local _M = {}
+
+_M.DRIVERS = { "runc", "bwrap", "docker", "podman" }
+local KNOWN = { auto = true, runc = true, bwrap = true, docker = true, podman = true }
+
+_M.DEFAULT_MEMORY = 256 * 1024 * 1024
+_M.DEFAULT_PIDS = 64
+_M.CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_M.CGROUP_ROOT = "/sys/fs/cgroup"
+_M.INIT_PATHS = { "/usr/bin/catatonit", "/usr/libexec/podman/catatonit", "/usr/local/bin/catatonit" }
+
+-- Relay's own variables: runtime.env cannot override these.
+local RESERVED = {
+    RELAY_HANDLER = true, RELAY_APP = true, RELAY_TRIGGER = true,
+    RELAY_MESSAGE_ID = true, RELAY_ATTEMPT = true, RELAY_DEADLINE = true,
+}
+
+
+--- Characters allowed in runc container ids (and fine for docker names).
+function _M.sanitize(s)
+    return (tostring(s):gsub("[^%w_+.-]", "_"))
+end
+
+
+--- RFC3339 UTC with milliseconds, from wall-clock ms.
+function _M.rfc3339(ms)
+    local sec = math.floor(ms / 1000)
+    return os.date("!%Y-%m-%dT%H:%M:%S", sec) .. string.format(".%03dZ", ms - sec * 1000)
+end
+
+
+local function size_of(v, default)
+    if v == nil then
+        return default
+    end
+    if type(v) == "number" then
+        return v
+    end
+    return duration.parse_size(v) or default
+end
+
+
+--- Effective limits of an app, defaults applied.
+function _M.limits(app)
+    local r = app.runtime or {}
+    return {
+        memory = size_of(r.memory, _M.DEFAULT_MEMORY),
+        pids = tonumber(r.pids) or _M.DEFAULT_PIDS,
+        cpus = tonumber(r.cpus),
+        network = r.network or "none",
+    }
+end
+
+
+--- The app's directory as an absolute path (bind sources must be absolute).
+function _M.app_dir(app)
+    return fs.realpath(app.dir) or app.dir
+end
+
+
+--- The catatonit binary when the app wants an init and one is installed.
+function _M.init_binary(app)
+    local r = app.runtime or {}
+    if r.init == false then
+        return nil
+    end
+    for _, p in ipairs(_M.INIT_PATHS) do
+        if fs.is_executable(p) then
+            return p
+        end
+    end
+    return nil
+end
+
+
+--- The container's environment as a {K=V} table (relay.md section 3).
+-- inv: { handler, trigger, message_id, attempt, deadline_ms }
+function _M.container_env(app, inv)
+    local env = { PATH = _M.CONTAINER_PATH, PYTHONUNBUFFERED = "1" }
+    for k, v in pairs((app.runtime or {}).env or {}) do
+        if not RESERVED[k] then
+            env[k] = tostring(v)
+        end
+    end
+    env.RELAY_HANDLER = inv.handler
+    env.RELAY_APP = app.name
+    env.RELAY_TRIGGER = inv.trigger
+    env.RELAY_MESSAGE_ID = inv.message_id
+    env.RELAY_ATTEMPT = tostring(inv.attempt)
+    env.RELAY_DEADLINE = _M.rfc3339(inv.deadline_ms)
+    return env
+end
+
+
+--- The same as a sorted list of "K=V" strings (OCI config, command lines).
+function _M.env_list(env)
+    local keys = {}
+    for k in pairs(env) do
+        keys[#keys + 1] = k
+    end
+    table.sort(keys)
+    local out = {}
+    for i, k in ipairs(keys) do
+        out[i] = k .. "=" .. env[k]
+    end
+    return out
+end
+
+
+--- The reason string of a failed attempt (relay.md section 3).
+function _M.reason(o)
+    if o.timed_out then
+        return "timeout after " .. duration.format_duration(o.timeout_ms or 0)
+    elseif o.signal then
+        return "killed by signal " .. o.signal
+    elseif o.status and o.status ~= 0 then
+        return "exit status " .. o.status
+    end
+    return nil
+end
+
+
+--- Container names and cgroup leaves are unique per process and invocation.
+function _M.container_id(rt, app_name, handler)
+    rt.seq = rt.seq + 1
+    return _M.sanitize(string.format("%s-%s-%s-%d-%d", rt.prefix, app_name, handler, rt.pid, rt.seq))
+end
+
+
+--- Which cgroup hierarchies exist: "v2", "v1" or nil.
+function _M.cgroup_mode()
+    if fs.exists(_M.CGROUP_ROOT .. "/cgroup.controllers") then
+        return "v2"
+    elseif fs.is_dir(_M.CGROUP_ROOT .. "/memory") then
+        return "v1"
+    end
+    return nil
+end
+
+
+--- Resolves a driver name ("auto" included) for this host.
+function _M.resolve(name)
+    name = name or "auto"
+    if not KNOWN[name] then
+        return nil, string.format("unknown runtime %q (auto, runc, bwrap, docker, podman)", name)
+    end
+    if name ~= "auto" then
+        return name
+    end
+    if fs.geteuid() == 0 and fs.which("runc") then
+        return "runc"
+    end
+    return "bwrap"
+end
+
+
+--- A runtime context. opts: { runtime = cfg.runtime, state_dir, consumer,
+-- private = true for `relay app invoke` }.
+function _M.new(opts)
+    local consumer = _M.sanitize(opts.consumer or "relay")
+    local pid = fs.getpid()
+    local rt = {
+        requested = opts.runtime or "auto",
+        consumer = consumer,
+        prefix = "relay-" .. consumer,
+        pid = pid,
+        seq = 0,
+        private = opts.private and true or false,
+        drivers = {},
+    }
+    local base = (opts.state_dir or "/run/relay") .. "/" .. consumer
+    local cg = "relay/" .. consumer
+    if rt.private then
+        base = base .. "/invoke-" .. pid
+        cg = cg .. "/invoke-" .. pid
+    end
+    rt.base_dir = base
+    rt.cgroup_parent = cg
+    return setmetatable(rt, { __index = _M })
+end
+
+
+--- The driver instance for an app (its runtime.driver, else the context's).
+function _M.driver_for(rt, app)
+    local name, err = _M.resolve((app.runtime or {}).driver or rt.requested)
+    if not name then
+        return nil, err
+    end
+    local d = rt.drivers[name]
+    if not d then
+        d = require("relay.runtime." .. name).new(rt)
+        d.name = name
+        rt.drivers[name] = d
+    end
+    return d
+end
+
+
+--- true, or nil and why the app cannot run on this host.
+function _M.check(rt, app)
+    local d, err = rt:driver_for(app)
+    if not d then
+        return nil, err
+    end
+    return d:check(app)
+end
+
+
+--- Runs a short helper command (`runc list`, `runc delete`) to completion
+-- inside the current task. Returns the proc report and its stdout lines.
+function _M.exec(argv, timeout_s)
+    local proc = require("relay.core.proc")
+    local lines = {}
+    local h, err = proc.spawn({
+        argv = argv,
+        timeout = timeout_s or 10,
+        grace = 1,
+        on_line = function(stream, line)
+            if stream == "stdout" then
+                lines[#lines + 1] = line
+            end
+        end,
+    })
+    if not h then
+        return nil, err
+    end
+    local report, werr = h:wait()
+    if not report then
+        return nil, werr
+    end
+    return report, lines
+end
+
+
+--- Removes this consumer's orphans (daemon start only; never for invoke).
+function _M.sweep(rt)
+    assert(not rt.private, "a private runtime never sweeps")
+    local n = 0
+    for _, name in ipairs(_M.DRIVERS) do
+        local ok, mod = pcall(require, "relay.runtime." .. name)
+        if ok and mod.available and mod.available() then
+            local d = rt.drivers[name] or mod.new(rt)
+            rt.drivers[name] = d
+            n = n + (d:sweep() or 0)
+        end
+    end
+    return n
+end
+
+
+--- Removes a private context's directories and cgroup parents.
+function _M.close(rt)
+    if not rt.private then
+        return
+    end
+    fs.rm_rf(rt.base_dir)
+    _M.remove_cgroup_dirs(rt.cgroup_parent)
+end
+
+
+--- rmdir of `rel` (relative to each hierarchy) where it exists and is empty.
+function _M.remove_cgroup_dirs(rel)
+    local roots = fs.list(_M.CGROUP_ROOT) or {}
+    if _M.cgroup_mode() == "v2" then
+        roots = { { name = "", dir = true } }
+    end
+    for _, e in ipairs(roots) do
+        if e.dir then
+            local path = _M.CGROUP_ROOT .. (e.name ~= "" and ("/" .. e.name) or "") .. "/" .. rel
+            if fs.is_dir(path) then
+                fs.rmdir(path)
+            end
+        end
+    end
+end
+
+
+--- Every cgroup hierarchy path holding this context's leaves, for sweeps.
+function _M.cgroup_parents(rt)
+    local out = {}
+    if _M.cgroup_mode() == "v2" then
+        out[1] = _M.CGROUP_ROOT .. "/" .. rt.cgroup_parent
+        return out
+    end
+    for _, e in ipairs(fs.list(_M.CGROUP_ROOT) or {}) do
+        if e.dir then
+            out[#out + 1] = _M.CGROUP_ROOT .. "/" .. e.name .. "/" .. rt.cgroup_parent
+        end
+    end
+    return out
+end
+
+
+--- Empty cgroup leaves of this context left by a crash: rmdir (an rmdir of
+-- a cgroup that still has processes fails, so live leaves stay).
+function _M.sweep_cgroup_leaves(rt)
+    local n = 0
+    for _, parent in ipairs(_M.cgroup_parents(rt)) do
+        for _, e in ipairs(fs.list(parent) or {}) do
+            if e.dir and e.name:sub(1, #rt.prefix + 1) == rt.prefix .. "-" then
+                if fs.rmdir(parent .. "/" .. e.name) then
+                    n = n + 1
+                end
+            end
+        end
+    end
+    return n
+end
+
+
+return _M

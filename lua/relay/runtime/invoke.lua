@@ -1,0 +1,123 @@
+--- Runs one handler invocation in its container: the one code path shared by
+-- `relay app invoke` and the worker. Must be called inside a task.
+local constants = require("relay.constants")
+local proc = require("relay.core.proc")
+local runtime = require("relay.runtime")
+
+local _M = {}
+
+_M.DEFAULT_TIMEOUT_MS = 60000
+
+
+local function now_ms()
+    local ok, loop = pcall(require, "relay.core.loop")
+    if ok and loop.now_ms then
+        return loop.now_ms()
+    end
+    return os.time() * 1000
+end
+
+
+local function host_failure(detail, started)
+    return {
+        ok = false,
+        host_failure = true,
+        timed_out = false,
+        reason = detail,
+        detail = detail,
+        duration_ms = started and (now_ms() - started) or 0,
+    }
+end
+
+
+--- args: {
+--   rt          runtime context (relay.runtime.new)
+--   app         app table (relay.apps)
+--   entry       the event or schedule entry: { handler, timeout_ms }
+--   trigger     "event" | "schedule" | "invoke"
+--   message_id, attempt
+--   stdin       bytes written to the handler's stdin, then closed
+--   on_line     function(stream, line, partial): each output line; runs on
+--               the main state, must not yield
+--   on_start    optional function(handle, spec): the running proc (the
+--               worker keeps it to terminate on a forced shutdown)
+-- }
+-- Returns { ok, status, signal, timed_out, reason, host_failure, duration_ms,
+--           detail, container_id }. host_failure means the host could not
+-- start the container: not an attempt (relay.md section 3).
+function _M.run(args)
+    local rt, app, entry = args.rt, args.app, args.entry
+    local started = now_ms()
+    local timeout_ms = entry.timeout_ms or _M.DEFAULT_TIMEOUT_MS
+    local drv, err = rt:driver_for(app)
+    if not drv then
+        return host_failure(err, started)
+    end
+    local ok, why = drv:check(app)
+    if not ok then
+        return host_failure("app unavailable: " .. why, started)
+    end
+    local spec, perr = drv:prepare(app, {
+        handler = entry.handler,
+        trigger = args.trigger,
+        message_id = args.message_id,
+        attempt = args.attempt or 1,
+        deadline_ms = started + timeout_ms,
+    })
+    if not spec then
+        return host_failure(drv.name .. ": " .. tostring(perr), started)
+    end
+    local on_line = args.on_line
+    if spec.observe then
+        local sink = on_line
+        on_line = function(stream, line, partial)
+            spec.observe(stream, line, partial)
+            if sink then
+                sink(stream, line, partial)
+            end
+        end
+    end
+    local h, serr = proc.spawn({
+        argv = spec.argv,
+        env = spec.env,
+        stdin = args.stdin or "",
+        timeout = timeout_ms / 1000,
+        grace = constants.kill_grace_ms / 1000,
+        term_argv = spec.term_argv,
+        kill_argv = spec.kill_argv,
+        kill_delay = spec.kill_delay,
+        cgroup_procs = spec.cgroup_procs,
+        keep_group = spec.keep_group,
+        on_line = on_line,
+    })
+    if not h then
+        drv:finish(spec, { start_error = serr, timed_out = false })
+        return host_failure(drv.name .. ": " .. serr, started)
+    end
+    if args.on_start then
+        args.on_start(h, spec)
+    end
+    local report = h:wait()
+    local class = drv:finish(spec, report)
+    if class.host_failure then
+        local out = host_failure(class.detail, started)
+        out.container_id = spec.id
+        return out
+    end
+    local out = {
+        status = class.status,
+        signal = class.signal,
+        timed_out = report.timed_out,
+        host_failure = false,
+        duration_ms = report.duration_ms,
+        detail = class.detail,
+        container_id = spec.id,
+    }
+    out.ok = not out.timed_out and out.signal == nil and out.status == 0
+    out.reason = runtime.reason({ timed_out = out.timed_out, timeout_ms = timeout_ms,
+        signal = out.signal, status = out.status })
+    return out
+end
+
+
+return _M

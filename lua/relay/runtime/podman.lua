@@ -1,0 +1,24 @@
+--- The podman driver: docker.lua's command with podman's needs on this kind
+-- of host (CONTAINERS.md section 2): `--runtime runc` (its default crun
+-- refuses cgroup v1 hybrid hosts) and a containers.conf with
+-- `default_ulimits = []` (raising rlimits needs CAP_SYS_RESOURCE).
+local fs = require("relay.runtime.fs")
+local make = require("relay.runtime.docker").make
+
+local CONF = "[containers]\ndefault_ulimits = []\n"
+
+
+local function engine_env(driver, env)
+    local path = driver.rt.base_dir .. "/containers.conf"
+    if not driver.conf_written then
+        fs.mkdir_p(driver.rt.base_dir)
+        driver.conf_written = fs.write_file(path, CONF) and true or false
+    end
+    env.CONTAINERS_CONF = path
+end
+
+
+return make("podman", {
+    global_args = { "--runtime", "runc" },
+    engine_env = engine_env,
+})

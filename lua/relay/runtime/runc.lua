@@ -1,0 +1,413 @@
+--- The runc driver (the reference): one OCI bundle per invocation, foreground
+-- `runc run` with pipes, so stdout and stderr stay separate.
+--
+-- Layout under the context's base dir ($RELAY_STATE_DIR/<consumer>/ for the
+-- daemon, .../invoke-<pid>/ for `relay app invoke`):
+--   runc/                      runc --root (container state)
+--   rootfs-host/               the shared `image: host` rootfs (mountpoints, symlinks)
+--   bundles/<app>/<id>/        config.json and runc.log of one invocation
+-- The rootfs is shared read-only; the per-invocation dir holds just the
+-- config with its own container id and cgroup leaf.
+local fs = require("relay.runtime.fs")
+local json = require("relay.runtime.json")
+local runtime = require("relay.runtime")
+
+local _M = {}
+local D = {}
+
+local UID, GID = 65534, 65534
+local OOM_SCORE_ADJ = 500
+local CPU_PERIOD = 100000
+local KILL_DELAY_S = 2
+local HOST_DIRS = { "/usr", "/etc" }
+local HOST_TOP = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
+local MOUNTPOINTS = { "usr", "etc", "proc", "dev", "sys", "app" }
+local INIT_TARGET = "/.relay-init"
+local RO_BIND = { "rbind", "ro", "nosuid", "nodev" }
+
+local MASKED = { "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware" }
+local READONLY = { "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger" }
+
+
+function _M.available()
+    return fs.which("runc") ~= nil
+end
+
+
+function _M.new(rt)
+    return setmetatable({
+        rt = rt,
+        runc = fs.which("runc"),
+        root = rt.base_dir .. "/runc",
+        bundles = rt.base_dir .. "/bundles",
+        host_rootfs = rt.base_dir .. "/rootfs-host",
+        host_binds = nil,
+    }, { __index = D })
+end
+
+
+local function image_path(app)
+    local image = (app.runtime or {}).image or "host"
+    if image == "host" then
+        return nil
+    end
+    if image:sub(1, 1) == "/" then
+        return image
+    end
+    return runtime.app_dir(app) .. "/" .. image
+end
+
+
+function D:check(app)
+    if not self.runc then
+        return nil, "runc not found in PATH"
+    end
+    if fs.geteuid() ~= 0 then
+        return nil, "the runc driver needs root (use bwrap)"
+    end
+    local r = app.runtime or {}
+    if type(r.command) ~= "table" or #r.command == 0 then
+        return nil, "runtime.command is not set"
+    end
+    local img = image_path(app)
+    if img and not fs.is_dir(img) then
+        return nil, "image directory not found: " .. img
+    end
+    if not runtime.cgroup_mode() then
+        return nil, "no cgroup hierarchy mounted at " .. runtime.CGROUP_ROOT
+    end
+    return true
+end
+
+
+function D.note(_, app)
+    if (app.runtime or {}).init ~= false and not runtime.init_binary(app) then
+        return "no init (catatonit not installed): a handler must handle SIGTERM itself"
+    end
+    return nil
+end
+
+
+--- The `image: host` rootfs: empty mountpoints plus the host's top-level
+-- symlinks (/bin -> usr/bin on merged-/usr systems); real dirs are bound.
+function D:prepare_host_rootfs()
+    if self.host_binds then
+        return self.host_rootfs
+    end
+    local root = self.host_rootfs
+    local ok, err = fs.mkdir_p(root)
+    if not ok then
+        return nil, err
+    end
+    for _, d in ipairs(MOUNTPOINTS) do
+        fs.mkdir(root .. "/" .. d)
+    end
+    -- runc chmods a tmpfs to its mountpoint's mode: 1777 here, or uid 65534 gets EACCES
+    fs.mkdir(root .. "/tmp", 1023)
+    fs.chmod(root .. "/tmp", 1023)
+    fs.write_file(root .. INIT_TARGET, "")
+    local binds = {}
+    for _, d in ipairs(HOST_DIRS) do
+        binds[#binds + 1] = d
+    end
+    for _, name in ipairs(HOST_TOP) do
+        local target = fs.readlink("/" .. name)
+        if target then
+            fs.symlink(target, root .. "/" .. name)
+        elseif fs.is_dir("/" .. name) then
+            fs.mkdir(root .. "/" .. name)
+            binds[#binds + 1] = "/" .. name
+        end
+    end
+    self.host_binds = binds
+    return root
+end
+
+
+--- An image directory: runc rejects a symlinked rootfs, and needs /tmp 1777
+-- and the init mountpoint to exist before the root goes read-only.
+local function prepare_image_rootfs(path, want_init)
+    local real, err = fs.realpath(path)
+    if not real then
+        return nil, err
+    end
+    fs.mkdir(real .. "/tmp", 1023)
+    fs.chmod(real .. "/tmp", 1023)
+    fs.mkdir(real .. "/app")
+    if want_init and not fs.exists(real .. INIT_TARGET) then
+        fs.write_file(real .. INIT_TARGET, "")
+    end
+    return real
+end
+
+
+local function mount(dest, typ, source, options)
+    return { destination = dest, type = typ, source = source, options = json.array(options) }
+end
+
+
+local function mounts(self, app, init_bin, host)
+    local m = {
+        mount("/proc", "proc", "proc", { "nosuid", "noexec", "nodev" }),
+        mount("/dev", "tmpfs", "tmpfs", { "nosuid", "strictatime", "mode=755", "size=65536k" }),
+        mount("/dev/shm", "tmpfs", "shm", { "nosuid", "noexec", "nodev", "mode=1777", "size=16m" }),
+        mount("/tmp", "tmpfs", "tmpfs", { "nosuid", "nodev", "noexec", "mode=1777", "size=64m" }),
+    }
+    if host then
+        for _, d in ipairs(self.host_binds) do
+            m[#m + 1] = mount(d, "bind", d, RO_BIND)
+        end
+    end
+    m[#m + 1] = mount("/app", "bind", runtime.app_dir(app), RO_BIND)
+    if init_bin then
+        m[#m + 1] = mount(INIT_TARGET, "bind", init_bin, { "bind", "ro", "nosuid", "nodev" })
+    end
+    return m
+end
+
+
+local function resources(limits)
+    local res = {
+        memory = { limit = limits.memory, swap = limits.memory },
+        pids = { limit = limits.pids },
+        devices = { { allow = false, access = "rwm" } },
+    }
+    if limits.cpus then
+        res.cpu = { quota = math.floor(limits.cpus * CPU_PERIOD), period = CPU_PERIOD }
+    end
+    return res
+end
+
+
+--- The locked-down OCI config of one invocation (CONTAINERS.md section 1).
+function D:config(app, inv, id, rootfs, init_bin)
+    local limits = runtime.limits(app)
+    local args = {}
+    if init_bin then
+        args = { INIT_TARGET, "--" }
+    end
+    for _, a in ipairs(app.runtime.command) do
+        args[#args + 1] = a
+    end
+    local namespaces = { { type = "pid" }, { type = "ipc" }, { type = "uts" }, { type = "mount" } }
+    if limits.network ~= "host" then
+        namespaces[#namespaces + 1] = { type = "network" }
+    end
+    local caps = function() return json.array({}) end
+    return {
+        ociVersion = "1.0.2-dev",
+        hostname = "relay",
+        root = { path = rootfs, readonly = true },
+        process = {
+            terminal = false,
+            user = { uid = UID, gid = GID, additionalGids = json.array({ GID }) },
+            args = args,
+            env = runtime.env_list(runtime.container_env(app, inv)),
+            cwd = "/app",
+            capabilities = { bounding = caps(), effective = caps(), inheritable = caps(),
+                permitted = caps(), ambient = caps() },
+            rlimits = { { type = "RLIMIT_CORE", hard = 0, soft = 0 } },
+            noNewPrivileges = true,
+            oomScoreAdj = OOM_SCORE_ADJ,
+        },
+        mounts = mounts(self, app, init_bin, rootfs == self.host_rootfs),
+        linux = {
+            namespaces = namespaces,
+            cgroupsPath = "/" .. self.rt.cgroup_parent .. "/" .. id,
+            resources = resources(limits),
+            maskedPaths = MASKED,
+            readonlyPaths = READONLY,
+            rootfsPropagation = "private",
+        },
+    }
+end
+
+
+--- Writes the bundle; returns the spec proc.spawn needs, or nil, err (host).
+-- inv: { handler, trigger, message_id, attempt, deadline_ms }
+function D:prepare(app, inv)
+    local init_bin = runtime.init_binary(app)
+    local img = image_path(app)
+    local rootfs, err
+    if img then
+        rootfs, err = prepare_image_rootfs(img, init_bin ~= nil)
+    else
+        rootfs, err = self:prepare_host_rootfs()
+    end
+    if not rootfs then
+        return nil, err
+    end
+    local id = runtime.container_id(self.rt, app.name, inv.handler)
+    local dir = self.bundles .. "/" .. runtime.sanitize(app.name) .. "/" .. id
+    local ok, merr = fs.mkdir_p(dir)
+    if not ok then
+        return nil, merr
+    end
+    ok, err = fs.write_file(dir .. "/config.json", json.encode(self:config(app, inv, id, rootfs, init_bin)))
+    if not ok then
+        return nil, err
+    end
+    local root = { self.runc, "--root", self.root }
+    local function cmd(...)
+        local t = { unpack(root) }
+        for _, a in ipairs({ ... }) do
+            t[#t + 1] = a
+        end
+        return t
+    end
+    local spec = {
+        id = id,
+        dir = dir,
+        argv = cmd("--log", dir .. "/runc.log", "--log-format", "json", "run", "--bundle", dir, id),
+        env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" },
+        -- no TERM hook: foreground runc forwards the group's SIGTERM to the
+        -- container's init; a `runc kill TERM` as well would deliver it twice
+        kill_argv = cmd("kill", id, "KILL"),
+        kill_delay = KILL_DELAY_S,
+        delete_argv = cmd("delete", "--force", id),
+    }
+    if init_bin then
+        -- with catatonit as pid 1 a missing command is its error, not runc's
+        spec.observe = function(stream, line)
+            if stream == "stderr" and line:find("catatonit", 1, true) then
+                local m = line:match("failed to exec pid1: (.*)$")
+                if m then
+                    spec.init_error = "exec " .. app.runtime.command[1] .. ": " .. m
+                end
+            end
+        end
+    end
+    return spec
+end
+
+
+local function json_unescape(s)
+    return (s:gsub("\\u(%x%x%x%x)", function(h)
+        local n = tonumber(h, 16)
+        return n < 128 and string.char(n) or "?"
+    end):gsub("\\(.)", { n = "\n", t = "\t", r = "\r", ['"'] = '"', ["\\"] = "\\", ["/"] = "/" }))
+end
+
+
+--- The last error runc itself logged (its --log file), or nil.
+function _M.log_error(text)
+    local msg
+    for line in (text or ""):gmatch("[^\n]+") do
+        if line:find('"level":"error"', 1, true) or line:find('"level":"fatal"', 1, true) then
+            local m = line:match('"msg":"(.-)","') or line:match('"msg":"(.-)"}')
+            if m then
+                msg = json_unescape(m)
+            end
+        end
+    end
+    return msg
+end
+
+
+--- Whether runc's error is about the handler's own command (an attempt)
+-- rather than the host (not an attempt). Returns the status to report.
+function _M.command_error_status(msg)
+    if not msg:find("exec", 1, true) then
+        return nil
+    end
+    if msg:find("permission denied", 1, true) then
+        return 126
+    end
+    if msg:find("not found", 1, true) or msg:find("no such file or directory", 1, true) then
+        return 127
+    end
+    return nil
+end
+
+
+--- Classifies the outcome and cleans up the invocation's bundle.
+function D:finish(spec, report)
+    local out = { status = report.status, signal = report.signal }
+    if report.start_error then
+        out.host_failure = true
+        out.detail = "runc: " .. report.start_error
+    else
+        local msg = _M.log_error(fs.read_file(spec.dir .. "/runc.log"))
+        if msg and not report.timed_out then
+            local st = _M.command_error_status(msg)
+            if st then
+                out.status, out.detail = st, msg
+            else
+                out.host_failure, out.detail = true, msg
+            end
+        elseif spec.init_error and report.status == 1 then
+            out.detail = spec.init_error
+            out.status = spec.init_error:find("ermission denied", 1, true) and 126 or 127
+        elseif report.status and report.status > 128 and report.status < 160 then
+            -- runc exits 128+N when the container's init died of signal N
+            out.status, out.signal = nil, report.status - 128
+        end
+    end
+    -- a runc that was itself killed leaves the container's state behind
+    if report.timed_out or report.signal or fs.is_dir(self.root .. "/" .. spec.id) then
+        runtime.exec(spec.delete_argv, 10)
+    end
+    fs.rm_rf(spec.dir)
+    return out
+end
+
+
+local function delete_all(runc, root)
+    local n = 0
+    if fs.is_dir(root) then
+        local report, ids = runtime.exec({ runc, "--root", root, "list", "-q" }, 10)
+        for _, id in ipairs(report and ids or {}) do
+            if id ~= "" then
+                runtime.exec({ runc, "--root", root, "delete", "--force", id }, 10)
+                n = n + 1
+            end
+        end
+    end
+    return n
+end
+
+
+--- Private roots of `relay app invoke` runs of this consumer that were
+-- killed (their pid is gone): their containers, dirs and cgroup leaves.
+function D:sweep_dead_invokes()
+    local n = 0
+    for _, e in ipairs(fs.list(self.rt.base_dir) or {}) do
+        local pid = tonumber(e.name:match("^invoke%-(%d+)$"))
+        if pid and e.dir and not fs.alive(pid) then
+            local base = self.rt.base_dir .. "/" .. e.name
+            n = n + delete_all(self.runc, base .. "/runc")
+            fs.rm_rf(base)
+            local cg = self.rt.cgroup_parent .. "/" .. e.name
+            for _, parent in ipairs(self.rt:cgroup_parents()) do
+                for _, leaf in ipairs(fs.list(parent .. "/" .. e.name) or {}) do
+                    if leaf.dir then
+                        fs.rmdir(parent .. "/" .. e.name .. "/" .. leaf.name)
+                    end
+                end
+            end
+            runtime.remove_cgroup_dirs(cg)
+        end
+    end
+    return n
+end
+
+
+--- This consumer's orphans after a crash: containers in our runc root,
+-- bundle dirs, empty cgroup leaves, dead `relay app invoke` roots. Never
+-- another consumer's: each has its own root and cgroup parent.
+function D:sweep()
+    local n = delete_all(self.runc, self.root) + self:sweep_dead_invokes()
+    for _, appdir in ipairs(fs.list(self.bundles) or {}) do
+        for _, e in ipairs(fs.list(self.bundles .. "/" .. appdir.name) or {}) do
+            if e.name:sub(1, #self.rt.prefix + 1) == self.rt.prefix .. "-" then
+                fs.rm_rf(self.bundles .. "/" .. appdir.name .. "/" .. e.name)
+            end
+        end
+    end
+    self.rt:sweep_cgroup_leaves()
+    return n
+end
+
+
+return _M

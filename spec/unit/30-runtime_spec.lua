@@ -1,0 +1,450 @@
+-- The container runtime: what each driver builds (commands, OCI bundle), the
+-- container environment contract of relay.md section 3, outcome classification.
+-- No container is started here (spec/integration/30-runc_spec.lua does that).
+local fs = require("relay.runtime.fs")
+local json = require("relay.runtime.json")
+local runtime = require("relay.runtime")
+
+local STATE = os.tmpname()
+os.remove(STATE)
+
+local function app(over)
+    local a = {
+        name = "users",
+        dir = "/tmp",
+        state = "ok",
+        runtime = { image = "host", command = { "python3", "/app/main.py" }, env = { LOG_STYLE = "plain" } },
+        events = { { handler = "users.created", timeout_ms = 20000 } },
+        schedules = {},
+    }
+    for k, v in pairs(over or {}) do
+        a.runtime[k] = v
+    end
+    return a
+end
+
+local INV = {
+    handler = "users.created", trigger = "event", message_id = "1700000000000-0",
+    attempt = 2, deadline_ms = 1700000020000,
+}
+
+local function ctx(private)
+    return runtime.new({ runtime = "auto", state_dir = STATE, consumer = "worker-1", private = private })
+end
+
+local function index_of(list, value, from)
+    for i = from or 1, #list do
+        if list[i] == value then
+            return i
+        end
+    end
+    return nil
+end
+
+-- true if `seq` appears in `list` as consecutive elements
+local function has_seq(list, seq)
+    for i = 1, #list - #seq + 1 do
+        local ok = true
+        for j = 1, #seq do
+            if list[i + j - 1] ~= seq[j] then
+                ok = false
+                break
+            end
+        end
+        if ok then
+            return true
+        end
+    end
+    return false
+end
+
+
+describe("runtime", function()
+    teardown(function()
+        fs.rm_rf(STATE)
+        runtime.remove_cgroup_dirs("relay/worker-1")
+    end)
+
+    it("sets exactly the documented container environment", function()
+        local env = runtime.container_env(app(), INV)
+        assert.are.same({
+            RELAY_HANDLER = "users.created",
+            RELAY_APP = "users",
+            RELAY_TRIGGER = "event",
+            RELAY_MESSAGE_ID = "1700000000000-0",
+            RELAY_ATTEMPT = "2",
+            RELAY_DEADLINE = "2023-11-14T22:13:40.000Z",
+            PYTHONUNBUFFERED = "1",
+            PATH = runtime.CONTAINER_PATH,
+            LOG_STYLE = "plain",
+        }, env)
+    end)
+
+    it("lets runtime.env override defaults but never RELAY_* variables", function()
+        local env = runtime.container_env(app({ env = { PYTHONUNBUFFERED = "0", RELAY_APP = "evil" } }), INV)
+        assert.are.equal("0", env.PYTHONUNBUFFERED)
+        assert.are.equal("users", env.RELAY_APP)
+        local list = runtime.env_list(env)
+        for i = 2, #list do
+            assert.is_true(list[i - 1] < list[i])
+        end
+    end)
+
+    it("formats RFC3339 deadlines with milliseconds", function()
+        assert.are.equal("1970-01-01T00:00:00.000Z", runtime.rfc3339(0))
+        assert.are.equal("2023-11-14T22:13:20.123Z", runtime.rfc3339(1700000000123))
+    end)
+
+    it("applies default limits", function()
+        local l = runtime.limits({ runtime = {} })
+        assert.are.equal(256 * 1024 * 1024, l.memory)
+        assert.are.equal(64, l.pids)
+        assert.is_nil(l.cpus)
+        assert.are.equal("none", l.network)
+        assert.are.equal(512 * 1024, runtime.limits({ runtime = { memory = "512Ki" } }).memory)
+    end)
+
+    it("writes reasons as relay.md says", function()
+        assert.are.equal("exit status 3", runtime.reason({ status = 3 }))
+        assert.are.equal("timeout after 20s", runtime.reason({ timed_out = true, timeout_ms = 20000, signal = 9 }))
+        assert.are.equal("killed by signal 9", runtime.reason({ signal = 9 }))
+        assert.is_nil(runtime.reason({ status = 0 }))
+    end)
+
+    it("names containers within runc's charset, unique per invocation", function()
+        local rt = ctx()
+        local a = runtime.container_id(rt, "users", "events.created:v2 x")
+        local b = runtime.container_id(rt, "users", "events.created:v2 x")
+        assert.are_not.equal(a, b)
+        assert.truthy(a:match("^relay%-worker%-1%-users%-events%.created_v2_x%-%d+%-1$"))
+        assert.is_nil(a:find("[^%w_+.-]"))
+    end)
+
+    it("keeps invoke's private root and cgroups apart from the daemon's", function()
+        local d, p = ctx(false), ctx(true)
+        assert.are.equal(STATE .. "/worker-1", d.base_dir)
+        assert.are.equal("relay/worker-1", d.cgroup_parent)
+        assert.are.equal(STATE .. "/worker-1/invoke-" .. fs.getpid(), p.base_dir)
+        assert.are.equal("relay/worker-1/invoke-" .. fs.getpid(), p.cgroup_parent)
+        assert.has_error(function() p:sweep() end)
+    end)
+
+    it("resolves drivers", function()
+        assert.are.equal("bwrap", runtime.resolve("bwrap"))
+        assert.is_nil((runtime.resolve("lxc")))
+        local auto = runtime.resolve("auto")
+        if fs.geteuid() == 0 and fs.which("runc") then
+            assert.are.equal("runc", auto)
+        else
+            assert.are.equal("bwrap", auto)
+        end
+    end)
+end)
+
+
+describe("json encoder", function()
+    it("keeps empty arrays arrays and sorts keys", function()
+        assert.are.equal('{"a":[],"b":{},"c":[1,2],"d":"x\\"\\n"}',
+            json.encode({ b = {}, a = json.array(), c = { 1, 2 }, d = 'x"\n' }))
+        assert.are.equal("true", json.encode(true))
+        assert.are.equal("1.5", json.encode(1.5))
+    end)
+end)
+
+
+describe("runc driver", function()
+    local runc = require("relay.runtime.runc")
+
+    it("builds a locked-down OCI config", function()
+        local d = runc.new(ctx())
+        d.host_binds = { "/usr", "/etc" }
+        local c = d:config(app({ memory = 64 * 1024 * 1024, pids = 32, cpus = 0.5 }), INV, "relay-x-1", d.host_rootfs,
+            "/usr/bin/catatonit")
+        local p = c.process
+        assert.is_false(p.terminal)
+        assert.are.same({ "/.relay-init", "--", "python3", "/app/main.py" }, p.args)
+        assert.are.equal("/app", p.cwd)
+        assert.are.equal(65534, p.user.uid)
+        assert.are.equal(65534, p.user.gid)
+        assert.is_true(p.noNewPrivileges)
+        assert.is_true(p.oomScoreAdj > 0)
+        assert.is_true(index_of(p.env, "RELAY_HANDLER=users.created") ~= nil)
+        assert.is_true(index_of(p.env, "PYTHONUNBUFFERED=1") ~= nil)
+        assert.is_true(c.root.readonly)
+        local text = json.encode(c)
+        for _, set in ipairs({ "ambient", "bounding", "effective", "inheritable", "permitted" }) do
+            assert.truthy(text:find('"' .. set .. '":[]', 1, true), set)
+        end
+        local ns = {}
+        for _, n in ipairs(c.linux.namespaces) do
+            ns[n.type] = true
+        end
+        assert.are.same({ pid = true, ipc = true, uts = true, mount = true, network = true }, ns)
+        assert.are.equal("/relay/worker-1/relay-x-1", c.linux.cgroupsPath)
+        local r = c.linux.resources
+        assert.are.equal(64 * 1024 * 1024, r.memory.limit)
+        assert.are.equal(r.memory.limit, r.memory.swap)
+        assert.are.equal(32, r.pids.limit)
+        assert.are.same({ quota = 50000, period = 100000 }, r.cpu)
+        assert.truthy(index_of(c.linux.maskedPaths, "/proc/keys"))
+        assert.truthy(index_of(c.linux.readonlyPaths, "/proc/sysrq-trigger"))
+        local mounts = {}
+        for _, m in ipairs(c.mounts) do
+            mounts[m.destination] = m
+        end
+        assert.are.equal("tmpfs", mounts["/tmp"].type)
+        assert.are.equal("bind", mounts["/app"].type)
+        assert.truthy(index_of(mounts["/app"].options, "ro"))
+        assert.truthy(index_of(mounts["/usr"].options, "ro"))
+        assert.truthy(index_of(mounts["/etc"].options, "ro"))
+        assert.are.equal("/usr/bin/catatonit", mounts["/.relay-init"].source)
+    end)
+
+    it("shares the host network only when asked, and runs without init when told", function()
+        local d = runc.new(ctx())
+        d.host_binds = {}
+        local c = d:config(app({ network = "host" }), INV, "id", d.host_rootfs, nil)
+        for _, n in ipairs(c.linux.namespaces) do
+            assert.are_not.equal("network", n.type)
+        end
+        assert.are.same({ "python3", "/app/main.py" }, c.process.args)
+        assert.is_nil(c.memory)
+        assert.is_nil(c.linux.resources.cpu)
+    end)
+
+    it("writes a bundle per invocation and the runc command lines", function()
+        local rt = ctx()
+        local d = runc.new(rt)
+        local spec = assert(d:prepare(app(), INV))
+        assert.truthy(fs.exists(spec.dir .. "/config.json"))
+        assert.truthy(spec.dir:find(STATE .. "/worker-1/bundles/users/relay-worker-1-users-", 1, true))
+        assert.is_true(has_seq(spec.argv, { "--root", STATE .. "/worker-1/runc" }))
+        assert.is_true(has_seq(spec.argv, { "--log", spec.dir .. "/runc.log", "--log-format", "json",
+            "run", "--bundle", spec.dir, spec.id }))
+        assert.are.same({ "kill", spec.id, "KILL" }, { unpack(spec.kill_argv, #spec.kill_argv - 2) })
+        assert.is_nil(spec.term_argv)
+        assert.is_true(has_seq(spec.delete_argv, { "delete", "--force", spec.id }))
+        -- the shared host rootfs: tmp must be 1777 for uid 65534 (runc copies the mountpoint's mode)
+        assert.truthy(fs.is_dir(d.host_rootfs .. "/tmp"))
+        assert.truthy(fs.is_dir(d.host_rootfs .. "/app"))
+        fs.rm_rf(spec.dir)
+    end)
+
+    it("tells runc's own errors from the handler's", function()
+        local log = '{"level":"warning","msg":"w","time":"t"}\n' ..
+            '{"level":"error","msg":"runc run failed: unable to start container process: exec: \\"nosuch\\": ' ..
+            'executable file not found in $PATH","time":"t"}\n'
+        local msg = runc.log_error(log)
+        assert.truthy(msg:find('exec: "nosuch"', 1, true))
+        assert.are.equal(127, runc.command_error_status(msg))
+        assert.are.equal(126, runc.command_error_status('exec: "/app/x": permission denied'))
+        assert.is_nil(runc.command_error_status("runc run failed: cgroup: mkdir: no space left on device"))
+        assert.is_nil(runc.log_error('{"level":"info","msg":"x"}'))
+    end)
+end)
+
+
+describe("bwrap driver", function()
+    local bwrap = require("relay.runtime.bwrap")
+
+    it("builds the sandbox command", function()
+        local d = bwrap.new(ctx())
+        local argv = d:command(app(), INV)
+        for _, flag in ipairs({ "--unshare-all", "--die-with-parent", "--new-session", "--clearenv" }) do
+            assert.truthy(index_of(argv, flag), flag)
+        end
+        assert.is_nil(index_of(argv, "--share-net"))
+        assert.is_true(has_seq(argv, { "--cap-drop", "ALL" }))
+        assert.is_true(has_seq(argv, { "--uid", "65534", "--gid", "65534" }))
+        assert.is_true(has_seq(argv, { "--ro-bind", "/usr", "/usr" }))
+        assert.is_true(has_seq(argv, { "--ro-bind", fs.realpath("/tmp"), "/app" }))
+        assert.is_true(has_seq(argv, { "--tmpfs", "/tmp" }))
+        assert.is_true(has_seq(argv, { "--remount-ro", "/", "--chdir", "/app" }))
+        assert.is_true(has_seq(argv, { "--setenv", "RELAY_HANDLER", "users.created" }))
+        assert.is_true(has_seq(argv, { "--setenv", "RELAY_ATTEMPT", "2" }))
+        assert.is_true(has_seq(argv, { "--", "python3", "/app/main.py" }))
+        assert.are.equal("/app/main.py", argv[#argv])
+        assert.truthy(index_of(d:command(app({ network = "host" }), INV), "--share-net"))
+    end)
+
+    it("classifies bwrap's own errors", function()
+        local d = bwrap.new(ctx())
+        local out = d.finish(d, { bwrap_error = "bwrap: Can't mount proc on /newroot/proc: EPERM" }, { status = 1 })
+        assert.is_true(out.host_failure)
+        out = d.finish(d, { bwrap_error = "bwrap: execvp nosuch: No such file or directory" }, { status = 1 })
+        assert.is_nil(out.host_failure)
+        assert.are.equal(127, out.status)
+        out = d.finish(d, {}, { status = 137 })
+        assert.are.equal(9, out.signal)
+        assert.is_nil(out.status)
+        out = d.finish(d, {}, { status = 1 })
+        assert.are.equal(1, out.status)
+    end)
+end)
+
+
+describe("docker and podman drivers", function()
+    local docker = require("relay.runtime.docker")
+    local podman = require("relay.runtime.podman")
+
+    local function check_run(argv, id)
+        assert.is_true(has_seq(argv, { "run", "--rm", "-i", "--name", id }))
+        assert.is_true(has_seq(argv, { "--network", "none" }))
+        assert.truthy(index_of(argv, "--read-only"))
+        assert.is_true(has_seq(argv, { "--cap-drop", "ALL" }))
+        assert.is_true(has_seq(argv, { "--security-opt", "no-new-privileges" }))
+        assert.is_true(has_seq(argv, { "--memory", "67108864b", "--memory-swap", "67108864b" }))
+        assert.is_true(has_seq(argv, { "--pids-limit", "32" }))
+        assert.is_true(has_seq(argv, { "--user", "65534:65534" }))
+        assert.is_true(has_seq(argv, { "-w", "/app" }))
+        assert.truthy(index_of(argv, "--init"))
+        assert.is_true(has_seq(argv, { "-e", "RELAY_MESSAGE_ID=1700000000000-0" }))
+        assert.is_true(has_seq(argv, { "example/users:1", "python3", "/app/main.py" }))
+    end
+
+    it("builds docker run", function()
+        local rt = ctx()
+        local d = docker.new(rt)
+        local spec = d:prepare(app({ image = "example/users:1", memory = 64 * 1024 * 1024, pids = 32 }), INV)
+        assert.truthy(spec.id:find("^relay%-worker%-1%-users%-"))
+        check_run(spec.argv, spec.id)
+        assert.is_true(has_seq(spec.argv, { "--label", "relay.owner=worker-1" }))
+        assert.is_true(has_seq(spec.kill_argv, { "kill", "--signal", "KILL", spec.id }))
+        assert.is_true(has_seq(spec.rm_argv, { "rm", "-f", spec.id }))
+        assert.is_nil(index_of(spec.argv, "--runtime"))
+    end)
+
+    it("builds podman run with runc and its containers.conf", function()
+        local rt = ctx(true)
+        local d = podman.new(rt)
+        local spec = d:prepare(app({ image = "example/users:1", memory = 64 * 1024 * 1024, pids = 32 }), INV)
+        check_run(spec.argv, spec.id)
+        assert.is_true(has_seq(spec.argv, { "--runtime", "runc", "run" }))
+        assert.is_true(has_seq(spec.argv, { "--label", "relay.owner=worker-1.invoke-" .. fs.getpid() }))
+        assert.are.equal(rt.base_dir .. "/containers.conf", spec.env.CONTAINERS_CONF)
+        assert.truthy(fs.read_file(spec.env.CONTAINERS_CONF):find("default_ulimits = []", 1, true))
+        rt:close()
+    end)
+
+    it("treats 125 as the engine's failure, 126/127 as the handler's", function()
+        local d = docker.new(ctx())
+        assert.is_true(d:finish({}, { status = 125 }).host_failure)
+        local out = d:finish({}, { status = 127 })
+        assert.is_nil(out.host_failure)
+        assert.are.equal(127, out.status)
+        assert.are.equal(9, d:finish({}, { status = 137 }).signal)
+        assert.is_true(d:finish({}, { start_error = "exec docker: No such file or directory" }).host_failure)
+    end)
+
+    it("needs an image reference", function()
+        local d = docker.new(ctx())
+        d.bin = "/bin/true"
+        local ok, why = d:check(app())
+        assert.is_nil(ok)
+        assert.truthy(why:find("image", 1, true))
+    end)
+end)
+
+
+describe("app invoke and app ls", function()
+    local app_invoke = require("relay.cmd.app_invoke")
+    local app_ls = require("relay.cmd.app_ls")
+
+    it("maps outcomes to exit codes", function()
+        assert.are.equal(0, app_invoke.exit_code({ status = 0 }))
+        assert.are.equal(3, app_invoke.exit_code({ status = 3 }))
+        assert.are.equal(124, app_invoke.exit_code({ timed_out = true, signal = 9 }))
+        assert.are.equal(137, app_invoke.exit_code({ signal = 9 }))
+        assert.are.equal(125, app_invoke.exit_code({ host_failure = true }))
+        assert.are.equal(130, app_invoke.exit_code({ timed_out = true }, 2))
+    end)
+
+    it("finds event and schedule handlers", function()
+        local a = { events = { { handler = "a", timeout_ms = 1 } }, schedules = { { name = "s", handler = "b" } } }
+        assert.are.equal(1, app_invoke.find_entry(a, "a").timeout_ms)
+        assert.are.equal("s", app_invoke.find_entry(a, "b").name)
+        assert.is_nil(app_invoke.find_entry(a, "c"))
+    end)
+
+    it("prints one tab-separated line per app", function()
+        local rt = runtime.new({ runtime = "bwrap", state_dir = STATE, consumer = "ls" })
+        local a = app()
+        a.concurrency = 9
+        a.events = { { handler = "h1" }, { handler = "h2" } }
+        a.schedules = { { name = "nightly", handler = "h1" } }
+        local row = app_ls.row(rt, { max_concurrency = 4 }, a, {})
+        local line = app_ls.format(row)
+        local cols = {}
+        for c in (line .. "\t"):gmatch("([^\t]*)\t") do
+            cols[#cols + 1] = c
+        end
+        assert.are.equal(7, #cols)
+        assert.are.same({ "users", fs.which("bwrap") and "ok" or "unavailable", "bwrap", "h1,h2", "nightly", "4" },
+            { unpack(cols, 1, 6) })
+        local bad = app_ls.format(app_ls.row(rt, {}, { name = "x", state = "invalid", error = "t.yaml:1:1: bad" }, {}))
+        assert.are.equal("x\tinvalid\t-\t-\t-\t-\tt.yaml:1:1: bad", bad)
+        row = app_ls.row(rt, { max_concurrency = 4 }, a, { users = true })
+        if fs.which("bwrap") then
+            assert.are.equal("paused", row.state)
+        end
+        runtime.remove_cgroup_dirs("relay/ls") -- bwrap's probe made the parent
+    end)
+end)
+
+
+describe("relay.core.proc", function()
+    local proc = require("relay.core.proc")
+    local loop = require("relay.core.loop")
+
+    it("writes stdin, splits lines, reports the exit", function()
+        local lines = {}
+        local h = assert(proc.spawn({
+            argv = { "sh", "-c", "cat; echo; echo err >&2; printf tail; exit 3" },
+            stdin = "in",
+            on_line = function(stream, line, partial)
+                lines[#lines + 1] = { stream, line, partial }
+            end,
+        }))
+        assert.is_number(h.pid)
+        local r = h:wait()
+        assert.are.equal(3, r.status)
+        assert.is_nil(r.signal)
+        assert.is_false(r.timed_out)
+        assert.is_number(r.duration_ms)
+        local out = {}
+        for _, l in ipairs(lines) do
+            if l[1] == "stdout" then
+                out[#out + 1] = l
+            end
+        end
+        assert.are.same({ { "stdout", "in", false }, { "stdout", "tail", true } }, out)
+        assert.are.same(h:wait(), r) -- a finished handle answers at once
+    end)
+
+    it("reports a command that cannot start, and timeouts", function()
+        local r = assert(proc.spawn({ argv = { "relay-no-such-command" } })):wait()
+        assert.truthy(r.start_error:find("No such file", 1, true))
+        assert.is_nil(r.status)
+        r = assert(proc.spawn({ argv = { "sleep", "10" }, timeout = 0.1, grace = 0.1 })):wait()
+        assert.is_true(r.timed_out)
+        assert.are.equal(15, r.signal)
+    end)
+
+    it("survives an on_line error and a dropped handle", function()
+        local r = assert(proc.spawn({ argv = { "echo", "x" }, on_line = function() error("boom") end })):wait()
+        assert.are.equal(0, r.status)
+        local before = proc.live_count()
+        proc.spawn({ argv = { "sleep", "0.2" } }) -- nobody keeps it
+        collectgarbage()
+        collectgarbage()
+        loop.sleep(0.4)
+        collectgarbage()
+        assert.are.equal(before, proc.live_count())
+    end)
+
+    it("rejects programmer errors", function()
+        assert.has_error(function() proc.spawn({}) end)
+        assert.has_error(function() proc.spawn({ argv = {} }) end)
+        assert.has_error(function() proc.spawn({ argv = { "true" }, stdin = 5 }) end)
+    end)
+end)

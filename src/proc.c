@@ -1,0 +1,810 @@
+/*
+ * Child-process supervision on the libev default loop (see relay/proc.h).
+ *
+ * State machine of one proc: RUNNING (child alive, pipes open) -> reaped ->
+ * drained (both output pipes at EOF, or force-closed drain_s after the reap)
+ * -> done (on_done called once). The deadline runs TERM -> grace -> KILL on
+ * the whole process group, never on the leader alone: a container runtime
+ * and whatever it forked must all go.
+ */
+/* pipe2 */
+#define _GNU_SOURCE
+
+#include "relay/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* What the child reports through the CLOEXEC error pipe before _exit(127). */
+enum {
+    STAGE_CGROUP = 1,
+    STAGE_STDIO,
+    STAGE_CHDIR,
+    STAGE_EXEC
+};
+
+struct child_error {
+    int stage;
+    int err;
+    int index;
+};
+
+struct relay_stream {
+    ev_io io;
+    int fd;
+    int which;
+    char *buf;
+    size_t len;
+    int eof;
+    relay_proc *owner;
+};
+
+struct relay_proc {
+    struct ev_loop *loop;
+    relay_proc_line_fn on_line;
+    relay_proc_done_fn on_done;
+    relay_proc_hook_fn on_hook;
+    void *ud;
+    double timeout_s, grace_s, drain_s, kill_delay_s;
+    size_t line_max;
+    int keep_group;
+
+    pid_t pid;
+    ev_child child;
+    ev_io in_io;
+    int in_fd;
+    char *in_data;
+    size_t in_len, in_off;
+    struct relay_stream out, err;
+    ev_timer deadline, grace, drain;
+
+    int reaped, done, term_sent, kill_hooked, kill_sent;
+    int in_done_cb, free_pending;
+    struct timespec t0;
+    relay_proc_report rep;
+};
+
+static int live_procs;
+
+#define MIN_FD 3
+#define READS_PER_EVENT 4
+
+
+static double
+mono_ms_since(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+
+/* Moves fd to >= 3 so that dup2 onto 0/1/2 in the child never clobbers
+ * another pipe end (our own stdio may be closed). Keeps CLOEXEC. */
+static int
+fd_high(int fd)
+{
+    int nfd;
+
+    if (fd >= MIN_FD) {
+        return fd;
+    }
+    nfd = fcntl(fd, F_DUPFD_CLOEXEC, MIN_FD);
+    close(fd);
+    return nfd;
+}
+
+
+static int
+make_pipe(int fds[2])
+{
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        return -1;
+    }
+    fds[0] = fd_high(fds[0]);
+    fds[1] = fd_high(fds[1]);
+    if (fds[0] < 0 || fds[1] < 0) {
+        if (fds[0] >= 0) close(fds[0]);
+        if (fds[1] >= 0) close(fds[1]);
+        return -1;
+    }
+    return 0;
+}
+
+
+static void
+close_pair(int fds[2])
+{
+    if (fds[0] >= 0) close(fds[0]);
+    if (fds[1] >= 0) close(fds[1]);
+    fds[0] = fds[1] = -1;
+}
+
+
+static void
+set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    if (fl >= 0) {
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    }
+}
+
+
+static const char *
+env_path(const char *const *envp)
+{
+    const char *p;
+    size_t i;
+
+    if (envp == NULL) {
+        p = getenv("PATH");
+        return p != NULL ? p : "/usr/local/bin:/usr/bin:/bin";
+    }
+    for (i = 0; envp[i] != NULL; i++) {
+        if (strncmp(envp[i], "PATH=", 5) == 0) {
+            return envp[i] + 5;
+        }
+    }
+    return "/usr/local/bin:/usr/bin:/bin";
+}
+
+
+/* PATH search happens here, before fork, so the child only calls execve
+ * (execvpe is a GNU extension and allocates). On no match the name is kept
+ * and execve's ENOENT becomes the start error. */
+static void
+resolve_path(const char *name, const char *const *envp, char *out, size_t outlen)
+{
+    const char *path = env_path(envp), *end;
+    struct stat st;
+    size_t dlen;
+
+    snprintf(out, outlen, "%s", name);
+    if (strchr(name, '/') != NULL) {
+        return;
+    }
+    while (*path != '\0') {
+        end = strchr(path, ':');
+        dlen = end != NULL ? (size_t)(end - path) : strlen(path);
+        if (dlen > 0 && dlen + strlen(name) + 2 <= outlen) {
+            memcpy(out, path, dlen);
+            out[dlen] = '/';
+            memcpy(out + dlen + 1, name, strlen(name) + 1);
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) {
+                return;
+            }
+        }
+        if (end == NULL) {
+            break;
+        }
+        path = end + 1;
+    }
+    snprintf(out, outlen, "%s", name);
+}
+
+
+/* Child side, between fork and exec: async-signal-safe calls only. */
+static void
+child_fail(int errfd, int stage, int index)
+{
+    struct child_error ce;
+    ssize_t n;
+
+    ce.stage = stage;
+    ce.err = errno;
+    ce.index = index;
+    do {
+        n = write(errfd, &ce, sizeof ce);
+    } while (n < 0 && errno == EINTR);
+    _exit(127);
+}
+
+
+static void
+child_join_cgroups(const char *const *procs, int errfd)
+{
+    char buf[24];
+    int fd, len, i, v;
+    pid_t me = getpid();
+
+    for (i = 0; procs != NULL && procs[i] != NULL; i++) {
+        /* no snprintf here: format the pid by hand */
+        len = 0;
+        for (v = (int)me; v > 0; v /= 10) {
+            buf[len++] = (char)('0' + v % 10);
+        }
+        for (v = 0; v < len / 2; v++) {
+            char t = buf[v];
+            buf[v] = buf[len - 1 - v];
+            buf[len - 1 - v] = t;
+        }
+        fd = open(procs[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, buf, (size_t)len) != len) {
+            child_fail(errfd, STAGE_CGROUP, i);
+        }
+        close(fd);
+    }
+}
+
+
+/* Every inherited descriptor (redis sockets, the loop's fds) must not leak
+ * into the container runtime: mark all of them close-on-exec. */
+static void
+child_cloexec_all(void)
+{
+    long fd, max;
+
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, MIN_FD, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) == 0) {
+        return;
+    }
+#endif
+    max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536) {
+        max = 65536;
+    }
+    for (fd = MIN_FD; fd < max; fd++) {
+        fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    }
+}
+
+
+static void
+child_exec(const relay_proc_opts *o, const char *path, int in_rd, int out_wr, int err_wr, int errfd)
+{
+    struct sigaction sa;
+    sigset_t all;
+    int sig;
+
+    setpgid(0, 0);
+    /* We ignore SIGPIPE and libev may have blocked signals: the handler
+     * starts with default dispositions and an empty mask. */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    for (sig = 1; sig < NSIG; sig++) {
+        sigaction(sig, &sa, NULL);
+    }
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+
+    child_join_cgroups(o->cgroup_procs, errfd);
+    if (dup2(in_rd, 0) < 0 || dup2(out_wr, 1) < 0 || dup2(err_wr, 2) < 0) {
+        child_fail(errfd, STAGE_STDIO, 0);
+    }
+    child_cloexec_all();
+    if (o->cwd != NULL && chdir(o->cwd) != 0) {
+        child_fail(errfd, STAGE_CHDIR, 0);
+    }
+    execve(path, (char *const *)o->argv, (char *const *)(o->envp != NULL ? o->envp : (const char *const *)environ));
+    child_fail(errfd, STAGE_EXEC, 0);
+}
+
+
+static void
+describe_start_error(relay_proc *p, const relay_proc_opts *o, const struct child_error *ce)
+{
+    const char *what = strerror(ce->err);
+
+    p->rep.start_errno = ce->err != 0 ? ce->err : EIO;
+    switch (ce->stage) {
+    case STAGE_CGROUP:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "join cgroup %s: %s",
+                 o->cgroup_procs[ce->index], what);
+        break;
+    case STAGE_CHDIR:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "chdir %s: %s", o->cwd, what);
+        break;
+    case STAGE_STDIO:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "set up stdio: %s", what);
+        break;
+    default:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "exec %s: %s", o->argv[0], what);
+        break;
+    }
+}
+
+
+/* ---- completion ---- */
+
+static void
+stop_all(relay_proc *p)
+{
+    ev_child_stop(p->loop, &p->child);
+    ev_io_stop(p->loop, &p->in_io);
+    ev_io_stop(p->loop, &p->out.io);
+    ev_io_stop(p->loop, &p->err.io);
+    ev_timer_stop(p->loop, &p->deadline);
+    ev_timer_stop(p->loop, &p->grace);
+    ev_timer_stop(p->loop, &p->drain);
+}
+
+
+static void
+close_stdin(relay_proc *p)
+{
+    ev_io_stop(p->loop, &p->in_io);
+    if (p->in_fd >= 0) {
+        close(p->in_fd);
+        p->in_fd = -1;
+    }
+    free(p->in_data);
+    p->in_data = NULL;
+}
+
+
+static void
+stream_close(relay_proc *p, struct relay_stream *s)
+{
+    ev_io_stop(p->loop, &s->io);
+    if (s->len > 0 && p->on_line != NULL) {
+        p->on_line(p->ud, s->which, s->buf, s->len, 1);
+    }
+    s->len = 0;
+    if (s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+    }
+    s->eof = 1;
+}
+
+
+static void
+maybe_finish(relay_proc *p)
+{
+    if (p->done || !p->reaped || !p->out.eof || !p->err.eof) {
+        return;
+    }
+    stop_all(p);
+    close_stdin(p);
+    p->done = 1;
+    p->rep.duration_ms = (int64_t)mono_ms_since(&p->t0);
+    if (p->on_done != NULL) {
+        p->in_done_cb = 1;
+        p->on_done(p->ud, p, &p->rep);
+        p->in_done_cb = 0;
+        if (p->free_pending) {
+            relay_proc_free(p);
+        }
+    }
+}
+
+
+/* ---- watchers ---- */
+
+static void
+emit_lines(relay_proc *p, struct relay_stream *s)
+{
+    size_t start = 0;
+    char *nl;
+
+    while (start < s->len && (nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
+        if (p->on_line != NULL) {
+            p->on_line(p->ud, s->which, s->buf + start, (size_t)(nl - (s->buf + start)), 0);
+        }
+        start = (size_t)(nl - s->buf) + 1;
+    }
+    if (start > 0) {
+        memmove(s->buf, s->buf + start, s->len - start);
+        s->len -= start;
+    }
+    if (s->len == p->line_max) {
+        /* a full buffer without a newline: emit it as a piece, keep draining */
+        if (p->on_line != NULL) {
+            p->on_line(p->ud, s->which, s->buf, s->len, 1);
+        }
+        s->len = 0;
+    }
+}
+
+
+static void
+stream_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct relay_stream *s = w->data;
+    relay_proc *p = s->owner;
+    ssize_t n;
+    int i;
+
+    (void)loop;
+    (void)revents;
+    /* a bounded number of reads per event keeps a flood from starving
+     * the rest of the loop (heartbeats, redis) */
+    for (i = 0; i < READS_PER_EVENT; i++) {
+        n = read(s->fd, s->buf + s->len, p->line_max - s->len);
+        if (n > 0) {
+            s->len += (size_t)n;
+            emit_lines(p, s);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        }
+        stream_close(p, s);
+        maybe_finish(p);
+        return;
+    }
+}
+
+
+static void
+stdin_write(relay_proc *p)
+{
+    ssize_t n;
+
+    while (p->in_off < p->in_len) {
+        n = write(p->in_fd, p->in_data + p->in_off, p->in_len - p->in_off);
+        if (n > 0) {
+            p->in_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!ev_is_active(&p->in_io)) {
+                ev_io_start(p->loop, &p->in_io);
+            }
+            return;
+        }
+        break; /* EPIPE: the handler does not read its stdin; fine */
+    }
+    close_stdin(p);
+}
+
+
+static void
+stdin_cb(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    stdin_write(w->data);
+}
+
+
+static void
+drain_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    relay_proc *p = w->data;
+
+    (void)loop;
+    (void)revents;
+    /* the child is gone but something it left behind still holds a pipe */
+    if (!p->out.eof) {
+        stream_close(p, &p->out);
+    }
+    if (!p->err.eof) {
+        stream_close(p, &p->err);
+    }
+    maybe_finish(p);
+}
+
+
+static void
+child_cb(struct ev_loop *loop, ev_child *w, int revents)
+{
+    relay_proc *p = w->data;
+
+    (void)revents;
+    ev_child_stop(loop, w);
+    p->reaped = 1;
+    if (WIFEXITED(w->rstatus)) {
+        p->rep.exited = 1;
+        p->rep.status = WEXITSTATUS(w->rstatus);
+    } else if (WIFSIGNALED(w->rstatus)) {
+        p->rep.signal = WTERMSIG(w->rstatus);
+    }
+    ev_timer_stop(loop, &p->deadline);
+    ev_timer_stop(loop, &p->grace);
+    close_stdin(p);
+    if (!p->keep_group) {
+        /* leftovers of the group (a bare handler's background job); the
+         * pgid cannot be reused while a member lives */
+        kill(-p->pid, SIGKILL);
+    }
+    if (!p->out.eof || !p->err.eof) {
+        ev_timer_set(&p->drain, p->drain_s, 0.);
+        ev_timer_start(loop, &p->drain);
+    }
+    maybe_finish(p);
+}
+
+
+static void
+grace_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    relay_proc *p = w->data;
+
+    (void)revents;
+    if (p->reaped || p->kill_sent) {
+        return;
+    }
+    if (!p->kill_hooked && p->on_hook != NULL) {
+        p->kill_hooked = 1;
+        p->on_hook(p->ud, p, SIGKILL);
+        if (p->kill_delay_s > 0) {
+            /* let the runtime end its container and clean up itself; a
+             * runtime killed first would leave the container orphaned */
+            ev_timer_set(&p->grace, p->kill_delay_s, 0.);
+            ev_timer_start(loop, &p->grace);
+            return;
+        }
+    }
+    p->kill_sent = 1;
+    kill(-p->pid, SIGKILL);
+}
+
+
+static void
+deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    relay_proc *p = w->data;
+
+    (void)w;
+    (void)revents;
+    if (p->reaped || p->term_sent) {
+        return;
+    }
+    p->rep.timed_out = 1;
+    p->term_sent = 1;
+    if (p->on_hook != NULL) {
+        p->on_hook(p->ud, p, SIGTERM);
+    }
+    kill(-p->pid, SIGTERM);
+    ev_timer_set(&p->grace, p->grace_s, 0.);
+    ev_timer_start(loop, &p->grace);
+}
+
+
+/* ---- spawn ---- */
+
+static relay_proc *
+proc_alloc(struct ev_loop *loop, const relay_proc_opts *o)
+{
+    relay_proc *p = calloc(1, sizeof *p);
+
+    if (p == NULL) {
+        return NULL;
+    }
+    p->loop = loop;
+    p->on_line = o->on_line;
+    p->on_done = o->on_done;
+    p->on_hook = o->on_hook;
+    p->ud = o->ud;
+    p->timeout_s = o->timeout_s;
+    p->grace_s = o->grace_s > 0 ? o->grace_s : 2.0;
+    p->drain_s = o->drain_s > 0 ? o->drain_s : 2.0;
+    p->kill_delay_s = o->kill_delay_s;
+    p->line_max = o->line_max > 0 ? o->line_max : RELAY_PROC_LINE_MAX;
+    p->keep_group = o->keep_group;
+    p->in_fd = p->out.fd = p->err.fd = -1;
+    p->out.which = RELAY_PROC_STDOUT;
+    p->err.which = RELAY_PROC_STDERR;
+    p->out.owner = p->err.owner = p;
+    p->out.buf = malloc(p->line_max);
+    p->err.buf = malloc(p->line_max);
+    if (o->stdin_len > 0) {
+        p->in_data = malloc(o->stdin_len);
+    }
+    if (p->out.buf == NULL || p->err.buf == NULL || (o->stdin_len > 0 && p->in_data == NULL)) {
+        free(p->out.buf);
+        free(p->err.buf);
+        free(p->in_data);
+        free(p);
+        return NULL;
+    }
+    if (o->stdin_len > 0) {
+        memcpy(p->in_data, o->stdin_data, o->stdin_len);
+        p->in_len = o->stdin_len;
+    }
+    return p;
+}
+
+
+static void
+proc_release(relay_proc *p)
+{
+    free(p->out.buf);
+    free(p->err.buf);
+    free(p->in_data);
+    free(p);
+}
+
+
+/* Parent side after a successful fork: watchers first (P14), then learn
+ * whether exec worked. The blocking read ends at exec (CLOEXEC) or at the
+ * child's error report, both immediate. */
+static void
+parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
+{
+    struct child_error ce;
+    ssize_t n;
+
+    setpgid(p->pid, p->pid); /* also in the child: whichever runs first */
+    ev_child_init(&p->child, child_cb, p->pid, 0);
+    p->child.data = p;
+    ev_child_start(p->loop, &p->child);
+
+    do {
+        n = read(errfd, &ce, sizeof ce);
+    } while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)sizeof ce) {
+        describe_start_error(p, o, &ce);
+    }
+
+    set_nonblock(p->in_fd);
+    set_nonblock(p->out.fd);
+    set_nonblock(p->err.fd);
+    ev_io_init(&p->in_io, stdin_cb, p->in_fd, EV_WRITE);
+    p->in_io.data = p;
+    ev_io_init(&p->out.io, stream_cb, p->out.fd, EV_READ);
+    p->out.io.data = &p->out;
+    ev_io_init(&p->err.io, stream_cb, p->err.fd, EV_READ);
+    p->err.io.data = &p->err;
+    ev_io_start(p->loop, &p->out.io);
+    ev_io_start(p->loop, &p->err.io);
+    ev_init(&p->grace, grace_cb);
+    p->grace.data = p;
+    ev_init(&p->drain, drain_cb);
+    p->drain.data = p;
+    ev_init(&p->deadline, deadline_cb);
+    p->deadline.data = p;
+    if (p->timeout_s > 0) {
+        ev_timer_set(&p->deadline, p->timeout_s, 0.);
+        ev_timer_start(p->loop, &p->deadline);
+    }
+    if (p->in_len > 0 && p->rep.start_errno == 0) {
+        stdin_write(p);
+    } else {
+        close_stdin(p);
+    }
+}
+
+
+relay_proc *
+relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size_t errlen)
+{
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, ep[2] = {-1, -1};
+    char path[4096];
+    relay_proc *p;
+
+    if (o->argv == NULL || o->argv[0] == NULL) {
+        snprintf(err, errlen, "empty argv");
+        return NULL;
+    }
+    p = proc_alloc(loop, o);
+    if (p == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    resolve_path(o->argv[0], o->envp, path, sizeof path);
+    if (make_pipe(in) != 0 || make_pipe(out) != 0 || make_pipe(errp) != 0 || make_pipe(ep) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    p->pid = fork();
+    if (p->pid < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        goto fail;
+    }
+    if (p->pid == 0) {
+        close(ep[0]);
+        child_exec(o, path, in[0], out[1], errp[1], ep[1]);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(errp[1]);
+    close(ep[1]);
+    p->in_fd = in[1];
+    p->out.fd = out[0];
+    p->err.fd = errp[0];
+    parent_setup(p, o, ep[0]);
+    close(ep[0]);
+    live_procs++;
+    return p;
+
+fail:
+    close_pair(in);
+    close_pair(out);
+    close_pair(errp);
+    close_pair(ep);
+    proc_release(p);
+    return NULL;
+}
+
+
+/* ---- control ---- */
+
+pid_t
+relay_proc_pid(const relay_proc *p)
+{
+    return p->pid;
+}
+
+
+int
+relay_proc_done(const relay_proc *p)
+{
+    return p->done;
+}
+
+
+const relay_proc_report *
+relay_proc_report_get(const relay_proc *p)
+{
+    return &p->rep;
+}
+
+
+int
+relay_proc_kill(relay_proc *p, int sig)
+{
+    if (p->reaped) {
+        return -1;
+    }
+    return kill(-p->pid, sig) == 0 ? 0 : -1;
+}
+
+
+void
+relay_proc_terminate(relay_proc *p)
+{
+    if (p->reaped || p->term_sent) {
+        return;
+    }
+    ev_timer_stop(p->loop, &p->deadline);
+    deadline_cb(p->loop, &p->deadline, EV_TIMER);
+}
+
+
+void
+relay_proc_free(relay_proc *p)
+{
+    int st;
+
+    if (p == NULL) {
+        return;
+    }
+    if (p->in_done_cb) {
+        p->free_pending = 1;
+        return;
+    }
+    if (!p->reaped) {
+        /* no hook here: this may run at shutdown, with no loop to run it */
+        kill(-p->pid, SIGKILL);
+        /* SIGKILL makes this wait short; it prevents a zombie at shutdown */
+        while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
+        }
+    }
+    stop_all(p);
+    close_stdin(p);
+    if (p->out.fd >= 0) close(p->out.fd);
+    if (p->err.fd >= 0) close(p->err.fd);
+    live_procs--;
+    proc_release(p);
+}
+
+
+int
+relay_proc_live_count(void)
+{
+    return live_procs;
+}

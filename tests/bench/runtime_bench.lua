@@ -1,0 +1,126 @@
+-- Runtime overhead benchmark, run inside the host:
+--   relay x-lua tests/bench/runtime_bench.lua [RUNS]      (tests/bench/runtime_bench.sh wraps it)
+-- Needs root and runc. Per round, interleaved so drift hits all three alike:
+--   bare        `runc run` of one prepared bundle, started from /bin/sh
+--   supervisor  the same bundle and command through relay.core.proc (pipes, line
+--               splitting, the event on stdin)
+--   invoke      `relay app invoke` end to end (process start, app load, bundle
+--               write, run, cleanup)
+-- then invocations/second of the runtime module at concurrency 2.
+local fs = require("relay.runtime.fs")
+local invoke = require("relay.runtime.invoke")
+local loop = require("relay.core.loop")
+local proc = require("relay.core.proc")
+local runtime = require("relay.runtime")
+
+local RUNS = tonumber(arg and arg[1]) or 20
+local ROOT = os.tmpname()
+os.remove(ROOT)
+local APP_DIR = ROOT .. "/apps/bench"
+local EVENT = '{"event_name":"INSERT","table_name":"users","new":{"id":1}}'
+
+local function median(t)
+    table.sort(t)
+    local n = #t
+    return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
+end
+
+local function binary()
+    local p = io.popen("readlink -f /proc/" .. loop.getpid() .. "/exe")
+    local path = p:read("*l")
+    p:close()
+    return path
+end
+
+assert(fs.geteuid() == 0 and fs.which("runc"), "the runtime benchmark needs root and runc")
+assert(fs.mkdir_p(APP_DIR))
+assert(fs.write_file(APP_DIR .. "/template.yaml",
+    "runtime:\n  image: host\n  command: [/bin/sh, -c, 'cat >/dev/null']\n" ..
+    "events:\n  - handler: noop\n    pattern: {t: [x]}\n"))
+local app = assert(require("relay.apps").load_app(ROOT .. "/apps", "bench"))
+local rt = runtime.new({ runtime = "runc", state_dir = ROOT .. "/state", consumer = "bench", private = true })
+local driver = assert(rt:driver_for(app))
+local inv = { handler = "noop", trigger = "invoke", message_id = "bench", attempt = 1, deadline_ms = 0 }
+local spec = assert(driver:prepare(app, inv))
+local event_file = ROOT .. "/event.json"
+fs.write_file(event_file, EVENT)
+local relay = binary()
+
+local function bare(i)
+    local t0 = loop.monotonic()
+    local id = spec.id .. "-bare" .. i
+    local cmd = string.format("runc --root %s --log %s/runc.log --log-format json run --bundle %s %s <%s >/dev/null",
+        driver.root, spec.dir, spec.dir, id, event_file)
+    assert(os.execute(cmd) == 0)
+    return loop.monotonic() - t0
+end
+
+local function supervised(i)
+    local t0 = loop.monotonic()
+    local argv = { unpack(spec.argv) }
+    argv[#argv] = spec.id .. "-sup" .. i
+    local h = assert(proc.spawn({ argv = argv, env = spec.env, stdin = EVENT, timeout = 30,
+        on_line = function() end }))
+    local r = h:wait()
+    assert(r.status == 0, r.start_error)
+    return loop.monotonic() - t0
+end
+
+local function invoked()
+    local t0 = loop.monotonic()
+    local cmd = string.format("RELAY_STATE_DIR=%s/state RELAY_RUNTIME=runc %s app invoke --apps %s/apps bench noop " ..
+        "--event-file %s >/dev/null", ROOT, relay, ROOT, event_file)
+    assert(os.execute(cmd) == 0)
+    return loop.monotonic() - t0
+end
+
+-- warm-up: page cache, runc's binary, the host rootfs
+bare(0)
+supervised(0)
+invoked()
+
+local b, s, v = {}, {}, {}
+local steps = {
+    function(i) b[i] = bare(i) end,
+    function(i) s[i] = supervised(i) end,
+    function(i) v[i] = invoked() end,
+}
+for i = 1, RUNS do
+    -- rotate the order each round: no variant always follows the same one
+    for k = 0, 2 do
+        steps[(i + k) % 3 + 1](i)
+    end
+end
+local mb, ms, mv = median(b), median(s), median(v)
+print(string.format("runs per variant:          %d (interleaved, order rotated)", RUNS))
+print(string.format("bare runc run:             %6.1f ms median", mb * 1000))
+print(string.format("supervisor (core.proc):    %6.1f ms median  ratio %.3f (target <= 1.15)", ms * 1000, ms / mb))
+print(string.format("relay app invoke:          %6.1f ms median  ratio %.3f", mv * 1000, mv / mb))
+
+-- throughput: the runtime module (bundle write, run, cleanup) at concurrency 2
+local total, done = RUNS * 2, 0
+local t0 = loop.monotonic()
+local finished
+local function worker()
+    for _ = 1, RUNS do
+        local out = invoke.run({ rt = rt, app = app, entry = { handler = "noop", timeout_ms = 30000 },
+            trigger = "invoke", message_id = "bench", attempt = 1, stdin = EVENT })
+        assert(out.ok, out.reason)
+        done = done + 1
+    end
+    if done == total then
+        finished()
+    end
+end
+loop.wait(120, function(token)
+    finished = function() loop.wake(token) end
+    loop.spawn(worker)
+    loop.spawn(worker)
+end)
+local elapsed = loop.monotonic() - t0
+print(string.format("throughput, concurrency 2: %d invocations in %.2f s = %.1f/s", done, elapsed, done / elapsed))
+
+fs.rm_rf(spec.dir)
+rt:close()
+fs.rm_rf(ROOT)
+runtime.remove_cgroup_dirs("relay/bench")
