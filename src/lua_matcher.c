@@ -74,6 +74,37 @@ l_add(lua_State *L)
 }
 
 
+/*** @function m:add_many(rules)
+ * Add an array of rules in normal form, in order (one call instead of one per rule).
+ * Returns the number added, or nil, err, index (1-based) of the first refused rule;
+ * the rules before it stay added. */
+static int
+l_add_many(lua_State *L)
+{
+    relay_matcher **box = check_box(L);
+    size_t len, n, i;
+    const char *rule;
+    char err[256];
+
+    luaL_checktype(L, 2, LUA_TTABLE);
+    n = lua_objlen(L, 2);
+    for (i = 1; i <= n; i++) {
+        lua_rawgeti(L, 2, (int)i);
+        if (!(rule = lua_tolstring(L, -1, &len)))
+            return luaL_error(L, "add_many: rules[%d] is not a string", (int)i);
+        if (relay_matcher_add(*box, rule, len, err, sizeof err) < 0) {
+            lua_pushnil(L);
+            lua_pushstring(L, err);
+            lua_pushinteger(L, (lua_Integer)i);
+            return 3;
+        }
+        lua_pop(L, 1);
+    }
+    lua_pushinteger(L, (lua_Integer)n);
+    return 1;
+}
+
+
 /*** @function m:compile()
  * Build the index now (match() would do it lazily). Returns true or nil, err. */
 static int
@@ -187,7 +218,7 @@ l_gc(lua_State *L)
 static int l_scan_file(lua_State *L);
 
 static const luaL_Reg methods[] = {
-    {"add", l_add},     {"compile", l_compile},     {"count", l_count},
+    {"add", l_add},     {"add_many", l_add_many}, {"compile", l_compile}, {"count", l_count},
     {"match", l_match}, {"scan_file", l_scan_file}, {NULL, NULL},
 };
 

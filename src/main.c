@@ -21,6 +21,8 @@ int luaopen_relay_core_build(lua_State *L);
 int luaopen_relay_core_matcher(lua_State *L);
 int luaopen_relay_core_yaml(lua_State *L);
 int luaopen_relay_core_proc(lua_State *L);
+int luaopen_relay_core_http(lua_State *L);
+int luaopen_relay_core_udp(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.loop", luaopen_relay_core_loop},
@@ -30,6 +32,8 @@ static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.matcher", luaopen_relay_core_matcher},
     {"relay.core.yaml", luaopen_relay_core_yaml},
     {"relay.core.proc", luaopen_relay_core_proc},
+    {"relay.core.http", luaopen_relay_core_http},
+    {"relay.core.udp", luaopen_relay_core_udp},
     {NULL, NULL},
 };
 

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +14,27 @@
 
 #define STR_TAG "tag:yaml.org,2002:str"
 
+#define ARENA_MIN_CHUNK (64u << 10)
+#define ARENA_ALIGN 16u
+
+/* Every node, scalar text and item array of one document lives in a chain of chunks:
+ * one malloc per ~64 KB instead of three per node, and one free of the chain. The root
+ * is the first allocation of the first chunk, which is how relay_yaml_free finds it. */
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+} arena_chunk;
+
 typedef struct {
     yaml_parser_t parser;
     const char *text;
     size_t len;
     char *err;
     size_t errlen;
+    arena_chunk *first, *cur;
+    relay_yaml_node **stack; /* children of the collections being built */
+    size_t sp, stack_cap;
 } parse_ctx;
 
 
@@ -105,15 +121,63 @@ next_event(parse_ctx *ctx, yaml_event_t *ev)
 }
 
 
+static void *
+arena_alloc(parse_ctx *ctx, size_t size)
+{
+    arena_chunk *c = ctx->cur;
+    size_t cap;
+    void *p;
+
+    size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    if (c == NULL || c->cap - c->used < size) {
+        cap = c == NULL ? ARENA_MIN_CHUNK : c->cap * 2;
+        if (cap > (16u << 20)) {
+            cap = 16u << 20;
+        }
+        if (cap < size) {
+            cap = size;
+        }
+        c = malloc(sizeof(*c) + cap);
+        if (c == NULL) {
+            return NULL;
+        }
+        c->next = NULL;
+        c->used = 0;
+        c->cap = cap;
+        if (ctx->cur != NULL) {
+            ctx->cur->next = c;
+        } else {
+            ctx->first = c;
+        }
+        ctx->cur = c;
+    }
+    p = c->data + c->used;
+    c->used += size;
+    return p;
+}
+
+
+static void
+arena_free(arena_chunk *c)
+{
+    while (c != NULL) {
+        arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+}
+
+
 static relay_yaml_node *
 new_node(parse_ctx *ctx, relay_yaml_kind kind, const yaml_mark_t *mark)
 {
-    relay_yaml_node *node = calloc(1, sizeof(*node));
+    relay_yaml_node *node = arena_alloc(ctx, sizeof(*node));
 
     if (node == NULL) {
         set_err(ctx, mark->line + 1, mark->column + 1, "out of memory");
         return NULL;
     }
+    memset(node, 0, sizeof(*node));
     node->kind = kind;
     node->line = (int)mark->line + 1;
     node->col = (int)mark->column + 1;
@@ -121,22 +185,42 @@ new_node(parse_ctx *ctx, relay_yaml_kind kind, const yaml_mark_t *mark)
 }
 
 
+/* Park a finished child on the scratch stack until its collection ends. */
 static int
-push_item(parse_ctx *ctx, relay_yaml_node *parent, size_t used, relay_yaml_node *child, size_t *cap)
+push_child(parse_ctx *ctx, relay_yaml_node *child)
 {
-    relay_yaml_node **items;
+    relay_yaml_node **stack;
 
-    if (used >= *cap) {
-        size_t ncap = *cap ? *cap * 2 : 8;
-        items = realloc(parent->items, ncap * sizeof(*items));
-        if (items == NULL) {
+    if (ctx->sp == ctx->stack_cap) {
+        size_t ncap = ctx->stack_cap ? ctx->stack_cap * 2 : 256;
+        stack = realloc(ctx->stack, ncap * sizeof(*stack));
+        if (stack == NULL) {
             set_err(ctx, child->line, child->col, "out of memory");
             return -1;
         }
-        parent->items = items;
-        *cap = ncap;
+        ctx->stack = stack;
+        ctx->stack_cap = ncap;
     }
-    parent->items[used] = child;
+    ctx->stack[ctx->sp++] = child;
+    return 0;
+}
+
+
+/* Move the children parked since `base` into the collection's own item array. */
+static int
+take_children(parse_ctx *ctx, relay_yaml_node *node, size_t base)
+{
+    size_t n = ctx->sp - base;
+
+    if (n > 0) {
+        node->items = arena_alloc(ctx, n * sizeof(*node->items));
+        if (node->items == NULL) {
+            set_err(ctx, node->line, node->col, "out of memory");
+            return -1;
+        }
+        memcpy(node->items, ctx->stack + base, n * sizeof(*node->items));
+    }
+    ctx->sp = base;
     return 0;
 }
 
@@ -157,9 +241,8 @@ build_scalar(parse_ctx *ctx, yaml_event_t *ev)
         return NULL;
     }
     node->len = ev->data.scalar.length;
-    node->text = malloc(node->len + 1);
+    node->text = arena_alloc(ctx, node->len + 1);
     if (node->text == NULL) {
-        free(node);
         set_err(ctx, ev->start_mark.line + 1, ev->start_mark.column + 1, "out of memory");
         return NULL;
     }
@@ -194,12 +277,12 @@ values_equal(const relay_yaml_node *a, const relay_yaml_node *b)
 
 
 static int
-check_duplicate(parse_ctx *ctx, const relay_yaml_node *map, const relay_yaml_node *key)
+check_duplicate(parse_ctx *ctx, size_t base, size_t pairs, const relay_yaml_node *key)
 {
     size_t i;
 
-    for (i = 0; i < map->count; i++) {
-        const relay_yaml_node *prev = map->items[i * 2];
+    for (i = 0; i < pairs; i++) {
+        const relay_yaml_node *prev = ctx->stack[base + i * 2];
         if (values_equal(prev, key)) {
             set_err(ctx, key->line, key->col, "duplicate key \"%.*s\" (first at %d:%d)",
                     (int)(key->len > 64 ? 64 : key->len), key->text, prev->line, prev->col);
@@ -238,20 +321,16 @@ build_child(parse_ctx *ctx, int depth, yaml_event_type_t end_type, int *end)
 static int
 fill_seq(parse_ctx *ctx, relay_yaml_node *seq, int depth)
 {
-    size_t cap = 0;
+    size_t base = ctx->sp;
     relay_yaml_node *item;
     int end;
 
     for (;;) {
         item = build_child(ctx, depth + 1, YAML_SEQUENCE_END_EVENT, &end);
         if (end) {
-            return 0;
+            return take_children(ctx, seq, base);
         }
-        if (item == NULL) {
-            return -1;
-        }
-        if (push_item(ctx, seq, seq->count, item, &cap) != 0) {
-            relay_yaml_free(item);
+        if (item == NULL || push_child(ctx, item) != 0) {
             return -1;
         }
         seq->count++;
@@ -262,35 +341,30 @@ fill_seq(parse_ctx *ctx, relay_yaml_node *seq, int depth)
 static int
 fill_map(parse_ctx *ctx, relay_yaml_node *map, int depth)
 {
-    size_t cap = 0;
+    size_t base = ctx->sp;
     relay_yaml_node *key, *value;
     int end;
 
     for (;;) {
         key = build_child(ctx, depth + 1, YAML_MAPPING_END_EVENT, &end);
         if (end) {
-            return 0;
+            return take_children(ctx, map, base);
         }
         if (key == NULL) {
             return -1;
         }
         if (key->kind != RELAY_YAML_SCALAR) {
             set_err(ctx, key->line, key->col, "mapping keys must be scalars");
-            relay_yaml_free(key);
             return -1;
         }
-        if (check_duplicate(ctx, map, key) != 0 || push_item(ctx, map, map->count * 2, key, &cap) != 0) {
-            relay_yaml_free(key);
+        if (check_duplicate(ctx, base, map->count, key) != 0 || push_child(ctx, key) != 0) {
             return -1;
         }
-        /* The key sits in the array but count still excludes it: push the value, then count the pair. */
         value = build_child(ctx, depth + 1, YAML_MAPPING_END_EVENT, &end);
         if (end) {
             set_err(ctx, key->line, key->col, "mapping key without a value");
         }
-        if (value == NULL || push_item(ctx, map, map->count * 2 + 1, value, &cap) != 0) {
-            relay_yaml_free(key);
-            relay_yaml_free(value);
+        if (value == NULL || push_child(ctx, value) != 0) {
             return -1;
         }
         map->count++;
@@ -321,11 +395,7 @@ build_collection(parse_ctx *ctx, yaml_event_t *ev, int depth)
         return NULL;
     }
     rc = is_map ? fill_map(ctx, node, depth) : fill_seq(ctx, node, depth);
-    if (rc != 0) {
-        relay_yaml_free(node);
-        return NULL;
-    }
-    return node;
+    return rc == 0 ? node : NULL; /* on failure the arena goes as a whole */
 }
 
 
@@ -421,29 +491,23 @@ relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err
     yaml_parser_set_input_string(&ctx.parser, (const unsigned char *)text, len);
     rc = parse_stream(&ctx, root);
     yaml_parser_delete(&ctx.parser);
-    if (rc != 0) {
-        relay_yaml_free(*root);
+    free(ctx.stack);
+    if (rc != 0 || *root == NULL) {
+        arena_free(ctx.first);
         *root = NULL;
     }
     return rc;
 }
 
 
+/* `node` must be a root returned by relay_yaml_parse: the first allocation of its arena. */
 void
 relay_yaml_free(relay_yaml_node *node)
 {
-    size_t i, n;
-
     if (node == NULL) {
         return;
     }
-    n = node->kind == RELAY_YAML_MAP ? node->count * 2 : node->count;
-    for (i = 0; i < n; i++) {
-        relay_yaml_free(node->items[i]);
-    }
-    free(node->items);
-    free(node->text);
-    free(node);
+    arena_free((arena_chunk *)(void *)((unsigned char *)node - offsetof(arena_chunk, data)));
 }
 
 

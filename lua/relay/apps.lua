@@ -327,15 +327,56 @@ local function required(ctx, entry, name, what)
 end
 
 
+--- Where the handler name of an entry in `seen` was written: a precompiled entry
+-- (yaml.load_app) or a handler node.
+local function handler_mark(seen_value)
+    if seen_value.kind == "event" then
+        return seen_value.handler_line, seen_value.handler_col
+    end
+    return seen_value.line, seen_value.col
+end
+
+
+local function duplicate_handler(ctx, node, handler, first)
+    local line, col = handler_mark(first)
+    fail(ctx, node, "duplicate event handler %s (first at %d:%d); handler names are unique "
+        .. "within an app", yaml.json_string(handler), line, col)
+end
+
+
+--- An entry precompiled by yaml.load_app: only the checks that need the whole app are left.
+local function validate_compiled_event(ctx, entry, index, seen)
+    local handler = entry.handler
+    if seen[handler] then
+        duplicate_handler(ctx, { line = entry.handler_line, col = entry.handler_col }, handler, seen[handler])
+    end
+    seen[handler] = entry
+    local ev = { handler = handler, pattern_json = entry.pattern_json, line = entry.line, col = entry.col }
+    local timeout, retries = entry.timeout, entry.retries
+    if timeout or retries then
+        local what = string.format("events[%d]", index)
+        ev.timeout_ms = timeout and expect_duration(ctx, timeout, what .. ".timeout", 1, _M.MAX_TIMEOUT_MS)
+            or _M.DEFAULT_TIMEOUT_MS
+        ev.retries = retries and expect_int(ctx, retries, what .. ".retries", 0, _M.MAX_RETRIES)
+            or _M.DEFAULT_RETRIES
+    else
+        ev.timeout_ms, ev.retries = _M.DEFAULT_TIMEOUT_MS, _M.DEFAULT_RETRIES
+    end
+    return ev
+end
+
+
 local function validate_event(ctx, entry, index, seen)
+    if entry.kind == "event" then
+        return validate_compiled_event(ctx, entry, index, seen)
+    end
     local what = string.format("events[%d]", index)
     expect_map(ctx, entry, what, "with handler and pattern")
     check_keys(ctx, entry, EVENT_KEYS, what)
     local handler_node = required(ctx, entry, "handler", what)
     local handler = expect_string(ctx, handler_node, what .. ".handler", HANDLER_NAME, "[A-Za-z0-9_.-]+")
     if seen[handler] then
-        fail(ctx, handler_node, "duplicate event handler %s (first at %d:%d); handler names are unique "
-            .. "within an app", yaml.json_string(handler), seen[handler].line, seen[handler].col)
+        duplicate_handler(ctx, handler_node, handler, seen[handler])
     end
     seen[handler] = handler_node
     local json, err = pattern.compile(required(ctx, entry, "pattern", what), ctx.file)
@@ -363,19 +404,19 @@ end
 
 
 local function validate_trigger(ctx, entry, what, sched)
-    local cron, cron_key = field(entry, "cron")
+    local cron_node, cron_key = field(entry, "cron")
     local every, every_key = field(entry, "every")
-    if cron and every then
+    if cron_node and every then
         local later = cron_key.line > every_key.line and cron_key or every_key
         fail(ctx, later, "%s: give exactly one of cron or every, not both", what)
-    elseif not cron and not every then
+    elseif not cron_node and not every then
         fail(ctx, entry, "%s: missing cron or every (exactly one is required)", what)
     end
-    if cron then
-        local expr = expect_string(ctx, cron, what .. ".cron")
+    if cron_node then
+        local expr = expect_string(ctx, cron_node, what .. ".cron")
         local parsed, err = _M.cron_check(expr)
         if not parsed then
-            fail(ctx, cron, "%s.cron: %s", what, err)
+            fail(ctx, cron_node, "%s.cron: %s", what, err)
         end
         sched.cron = expr
         sched.cron_spec = parsed ~= true and parsed or nil
@@ -469,7 +510,7 @@ end
 --- Validate template text (pure). `path` is used in errors as given.
 function _M.validate(text, path, name, app_dir)
     local app = { name = name, dir = app_dir, path = path, source = text }
-    local root, err = yaml.load(text, path)
+    local root, err = yaml.load_app(text, path)
     if not root then
         return invalid(app, err)
     end
@@ -653,16 +694,36 @@ function _M.build_matcher(list, matcher_module)
         end
     end
     table.sort(ordered, function(a, b) return a.name < b.name end)
-    for _, app in ipairs(ordered) do
-        for _, ev in ipairs(app.events) do
-            local id, err = m:add(ev.pattern_json)
-            if not id then
-                return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", app.path,
-                    ev.line, ev.col, err)
+    if m.add_many then
+        -- One C call for every rule keeps this loop free of C calls (so LuaJIT compiles it).
+        local jsons, n = {}, 0
+        for _, app in ipairs(ordered) do
+            local prefix = app.name .. "/"
+            for _, ev in ipairs(app.events) do
+                n = n + 1
+                jsons[n] = ev.pattern_json
+                labels[n] = prefix .. ev.handler
+                rules[n] = { app = app, event = ev }
             end
-            assert(id == #labels, "matcher ids must follow add order")
-            labels[id + 1] = app.name .. "/" .. ev.handler
-            rules[id + 1] = { app = app, event = ev }
+        end
+        local added, err, index = m:add_many(jsons)
+        if not added then
+            local rule = rules[index]
+            return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", rule.app.path,
+                rule.event.line, rule.event.col, err)
+        end
+    else
+        for _, app in ipairs(ordered) do
+            for _, ev in ipairs(app.events) do
+                local id, err = m:add(ev.pattern_json)
+                if not id then
+                    return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", app.path,
+                        ev.line, ev.col, err)
+                end
+                assert(id == #labels, "matcher ids must follow add order")
+                labels[id + 1] = app.name .. "/" .. ev.handler
+                rules[id + 1] = { app = app, event = ev }
+            end
         end
     end
     local ok, err = m:compile()

@@ -111,6 +111,11 @@ function _M.main(argv)
     end, report)
     io.stdout:flush()
     if not success then
+        if require("relay.core.log").is_json() then
+            -- The daemon set RELAY_LOG_FORMAT=json: its last words are a record too.
+            require("relay.log").error("relay: " .. result.message, { exit_code = result.code })
+            return result.code
+        end
         io.stderr:write("relay: ", result.message, "\n")
         return result.code
     end

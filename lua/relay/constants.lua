@@ -21,6 +21,9 @@ local RELEASE = {
     heartbeat_every_ms = 5 * SECOND,
     heartbeat_ttl_ms = 15 * SECOND,
     terminal_retention_ms = 7 * 24 * 60 * MINUTE,
+    housekeeping_every_ms = 2 * SECOND,
+    trim_every_ms = 1 * MINUTE,
+    schedule_tick_ms = 1 * SECOND,
 }
 
 -- Every wait divided by 60 (minutes become seconds); the shape is unchanged.
@@ -36,6 +39,9 @@ local COMPRESSED = {
     heartbeat_every_ms = 250,
     heartbeat_ttl_ms = 1 * SECOND,
     terminal_retention_ms = 7 * 24 * MINUTE,
+    housekeeping_every_ms = 250,
+    trim_every_ms = 1 * SECOND,
+    schedule_tick_ms = 250,
 }
 
 local chosen = build.test_constants and COMPRESSED or RELEASE

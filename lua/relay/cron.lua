@@ -131,8 +131,8 @@ function _M.parse(expr)
         words[#words + 1] = w
     end
     if #words ~= 5 then
-        return nil, string.format("%q has %d fields; cron needs 5 (minute hour day-of-month month day-of-week)",
-            expr, #words)
+        return nil, string.format('%q has %d fields; cron takes 5 (minute hour day-of-month month day-of-week), '
+            .. 'e.g. "0 3 * * *"', expr, #words)
     end
     local sets = {}
     for i, field in ipairs(FIELDS) do
@@ -153,7 +153,7 @@ end
 
 
 local function day_matches(c, days)
-    local y, m, d = _M.civil_from_days(days)
+    local _, m, d = _M.civil_from_days(days)
     if not c.month[m] then
         return false
     end

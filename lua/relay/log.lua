@@ -9,7 +9,12 @@ local _M = {}
 local LEVELS = { debug = true, info = true, warn = true, error = true }
 local FORMATS = { text = true, json = true }
 
-local on_log  -- the hooks' on_log, when one is loaded
+local on_log  -- the hooks' on_log, when one is loaded (record = { ts, level, msg, fields })
+
+
+local function now_ms()
+    return require("relay.core.loop").now_ms()
+end
 
 
 local function sorted_keys(fields)
@@ -74,7 +79,11 @@ local function emit(level, msg, fields)
         return
     end
     if on_log then
-        local ok, keep = pcall(on_log, { level = level, msg = msg, fields = fields })
+        local copy = {}
+        for k, v in pairs(fields or {}) do
+            copy[k] = v
+        end
+        local ok, keep = pcall(on_log, { ts = now_ms(), level = level, msg = tostring(msg), fields = copy })
         if ok and keep == false then
             return
         end

@@ -31,6 +31,20 @@ function _M.load(text, file)
 end
 
 
+--- As load, for an app template: entries of the root's events list that are certainly
+-- valid come back precompiled (src/lua_yaml.c):
+--   {kind="event", line=, col=, handler=, handler_line=, handler_col=, pattern_json=,
+--    timeout=<node or nil>, retries=<node or nil>}
+-- (pattern_json as relay.pattern.compile would return it); all others are plain nodes.
+function _M.load_app(text, file)
+    local root, err = core.load_app(text)
+    if not root then
+        return nil, (file or "<yaml>") .. ":" .. err
+    end
+    return root
+end
+
+
 --- Read and parse a file; an unreadable file is "FILE: cannot read: reason".
 function _M.load_file(path)
     local f, err = io.open(path, "rb")

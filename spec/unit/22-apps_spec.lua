@@ -72,6 +72,10 @@ schedules:
             pattern_json = '{"event_name":[{"eq":"INSERT"}],"table_name":[{"eq":"users"}]}',
             timeout_ms = 20000, retries = 2, line = 13, col = 5,
         } }, app.events)
+        local sched = app.schedules[1]
+        assert.is_table(sched.cron_spec)  -- parsed once, at load
+        assert.is_true(sched.cron_spec.hour[3] and sched.cron_spec.minute[0])
+        sched.cron_spec = nil
         assert.are.same({ {
             name = "nightly", handler = "reports.nightly.handler", cron = "0 3 * * *",
             payload = yaml.null, payload_json = "null", timeout_ms = 60000, retries = 4, line = 20, col = 5,

@@ -58,6 +58,8 @@ local function collect(client, cfg)
         status.last_delivered_id = g["last-delivered-id"]
         status.consumers = consumers(client, cfg)
     else
+        -- Same keys either way: null where the group cannot say yet.
+        status.lag, status.pending, status.last_delivered_id = cjson.null, cjson.null, cjson.null
         status.consumers = {}
     end
     status.dlq_length = must(client:call("XLEN", k.dlq))
@@ -87,6 +89,21 @@ local function print_text(s)
 end
 
 
+--- Debian's lua-cjson 2.1.0 has no array_mt and encodes an empty table as
+-- {}: empty lists go out as a placeholder string replaced by [].
+local EMPTY_LIST = "\0relay-empty-list\0"
+
+local function encode_json(status)
+    for _, key in ipairs({ "paused_apps", "consumers" }) do
+        if #status[key] == 0 then
+            status[key] = EMPTY_LIST
+        end
+    end
+    local text = cjson.encode(status)
+    return (text:gsub(cjson.encode(EMPTY_LIST):gsub("%p", "%%%0"), "[]"))
+end
+
+
 function _M.execute(args)
     local cfg, err = config.load(nil, args)
     if not cfg then
@@ -96,9 +113,7 @@ function _M.execute(args)
     local status = collect(client, cfg)
     client:close()
     if args.json then
-        setmetatable(status.paused_apps, cjson.array_mt)
-        setmetatable(status.consumers, cjson.array_mt)
-        print(cjson.encode(status))
+        print(encode_json(status))
     else
         print_text(status)
     end

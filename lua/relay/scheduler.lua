@@ -1,0 +1,90 @@
+--- Schedules (relay.md section 4): every replica runs this tick; the atomic
+-- publish script makes each occurrence appear on the stream exactly once.
+-- The dispatch side (an entry with relay_schedule) lives in relay.dispatch.
+local cron = require("relay.cron")
+local keys = require("relay.keys")
+local log = require("relay.log")
+local redis = require("relay.redis")
+local scripts = require("relay.scripts")
+
+local _M = {}
+
+
+--- The latest occurrence at or before now_ms and the next one after it.
+function _M.occurrences(sched, now_ms)
+    if sched.every_ms then
+        local latest = math.floor(now_ms / sched.every_ms) * sched.every_ms
+        return latest, latest + sched.every_ms
+    end
+    local spec = sched.cron_spec or assert(cron.parse(sched.cron))
+    return cron.prev(spec, now_ms), cron.next(spec, now_ms)
+end
+
+
+--- The stdin of a schedule's handler.
+function _M.payload(app_name, sched, occurrence)
+    return string.format('{"app":%s,"schedule":%s,"occurrence":%s,"payload":%s}', log.json_quote(app_name),
+        log.json_quote(sched.name), log.json_quote(occurrence), sched.payload_json or "null")
+end
+
+
+--- The schedule named by a relay_schedule value in the loaded apps.
+-- @return sched, app | nil, app (obsolete or unavailable: see app.state)
+function _M.resolve(registry, value)
+    local app_name, name = tostring(value):match("^(.-)/(.*)$")
+    local app = app_name and registry.by_name[app_name]
+    if not app or app.state ~= "ok" then
+        return nil, app
+    end
+    for _, sched in ipairs(app.schedules or {}) do
+        if sched.name == name then
+            return sched, app
+        end
+    end
+    return nil, app
+end
+
+
+local function redis_now_ms(client)
+    local t, err = client:call("TIME")
+    if not t then
+        return nil, err
+    end
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+
+--- One tick: publishes every due occurrence of every runnable app.
+-- state caches the last occurrence handled per schedule to skip the script.
+function _M.tick(w, state)
+    local now, err = redis_now_ms(w.client)
+    if not now then
+        log.warn("scheduler: cannot read Redis TIME", { error = err })
+        return
+    end
+    local k = keys.for_stream(w.cfg.stream)
+    for _, app in ipairs(w.registry.list) do
+        if app.state == "ok" and not w.registry:blocked(app.name) then
+            for _, sched in ipairs(app.schedules or {}) do
+                local id = app.name .. "/" .. sched.name
+                local latest = _M.occurrences(sched, now)
+                if latest and state[id] ~= latest then
+                    local text = cron.rfc3339(latest)
+                    local r, perr = redis.eval(w.client, scripts.publish_occurrence,
+                        { k.sched(app.name, sched.name), w.cfg.stream }, { latest, id, text })
+                    if r == nil then
+                        log.warn("scheduler: cannot publish", { schedule = id, error = perr })
+                    else
+                        state[id] = latest
+                        if r ~= "initialized" and r ~= "published" and r ~= "not-due" then
+                            log.info("schedule occurrence published", { schedule = id, occurrence = text, id = r })
+                        end
+                    end
+                end
+            end
+        end
+    end
+end
+
+
+return _M
