@@ -192,8 +192,10 @@ lua_http_gc(lua_State *L)
 {
     lserver *ls = check_server(L, 1);
 
-    /* During shutdown the loop may already be half torn down (pitfall P7). */
-    if (!relay_bridge_shutting_down() && !ls->in_handler) {
+    /* main.c closes the Lua state before it destroys the loop (pitfall
+     * P7), so the watchers can still be stopped and the server freed here,
+     * also while shutting down. */
+    if (!ls->in_handler) {
         server_close(L, ls);
     }
     return 0;

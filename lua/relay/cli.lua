@@ -93,6 +93,29 @@ local function run_script(argv)
 end
 
 
+--- parser:pparse, except that argparse's os.exit (after --help) becomes
+-- a normal return, so the host still closes Lua and its loop cleanly.
+-- @return true, args | false, usage message | "exit", code
+local function parse(parser, argv)
+    local real_exit = os.exit
+    local exit_code
+    rawset(os, "exit", function(code)
+        exit_code = (code == true or code == nil) and 0 or tonumber(code) or 1
+        error("argparse asked to exit", 0)
+    end)
+    local ok, parsed, args = pcall(parser.pparse, parser, argv)
+    rawset(os, "exit", real_exit)
+    if exit_code ~= nil then
+        io.stdout:flush()
+        return "exit", exit_code
+    end
+    if not ok then
+        error(parsed, 0)
+    end
+    return parsed, args
+end
+
+
 --- Entry point called by src/main.c with argv (without the program name).
 -- @return the process exit code
 function _M.main(argv)
@@ -101,7 +124,10 @@ function _M.main(argv)
     end
     local modules = {}
     local parser = build_parser(modules)
-    local ok, args = parser:pparse(argv)
+    local ok, args = parse(parser, argv)
+    if ok == "exit" then
+        return args
+    end
     if not ok then
         io.stderr:write("relay: ", args, " (see relay --help)\n")
         return 2

@@ -47,6 +47,9 @@ local function label_key(labels)
 end
 
 
+_M.label_key = label_key
+
+
 function _M.new()
     return setmetatable({ series = {} }, Registry)
 end
@@ -66,6 +69,13 @@ end
 function Registry:inc(name, labels, by)
     local f = self:family(name)
     local key = label_key(labels)
+    f[key] = (f[key] or 0) + (by or 1)
+end
+
+
+--- inc with a label key made once by label_key (for per-event counters).
+function Registry:inc_key(name, key, by)
+    local f = self:family(name)
     f[key] = (f[key] or 0) + (by or 1)
 end
 

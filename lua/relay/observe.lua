@@ -14,6 +14,7 @@ local exit = require("relay.exit")
 local hooks_mod = require("relay.hooks")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
+local metrics = require("relay.metrics")
 
 local _M = {}
 
@@ -40,11 +41,15 @@ function _M.helpers(w)
         reg:inc("relay_events_total", { outcome = outcome }, 0)  -- every outcome visible from the start
     end
     local m = {}
+    local event_keys = setmetatable({}, { __index = function(t, outcome)
+        t[outcome] = metrics.label_key({ outcome = outcome })
+        return t[outcome]
+    end })
     function m.inc(name, labels, by)
         reg:inc(name, labels, by)
     end
     function m.event(outcome, msg)
-        reg:inc("relay_events_total", { outcome = outcome })
+        reg:inc_key("relay_events_total", event_keys[outcome])
         local h = w.hooks and w.hooks.on_event
         if h and msg then
             h({ id = msg.id, outcome = outcome, matches = list_copy(msg.labels) })

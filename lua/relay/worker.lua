@@ -21,12 +21,15 @@ local sync = require("relay.sync")
 
 local _M = {}
 local Worker = {}
+
+local unpack = unpack
 Worker.__index = Worker
 
 local SIGINT, SIGTERM, SIGHUP = 2, 15, 1
 local READ_BACKOFF_CAP_S = 5
 local LOCAL_RETRY_LIMIT = 10000
 local INFRA_RETRY_MS = 2000
+local SETTLERS = 2  -- batches of unmatched entries being acknowledged while the next read runs
 
 
 local function random_instance_id()
@@ -49,6 +52,7 @@ local function new_worker(cfg, c)
     self.slots = sync.semaphore(cfg.max_concurrency)
     self.per_app_slots = {}
     self.message_slots = sync.semaphore(math.max(16, 4 * cfg.max_concurrency))
+    self.settlers = sync.semaphore(SETTLERS)
     self.inflight = {}
     self.local_retries = 0
     self.running = {}
@@ -153,9 +157,11 @@ function Worker:dead_letter_malformed(msg)
 end
 
 
---- Classifies a batch: unmatched and missing entries are settled here in
--- one script each, malformed ones dead-lettered, the rest dispatched.
-function Worker:handle_batch(entries)
+--- Classifies a batch: malformed entries are dead-lettered, matched ones
+-- dispatched, and unmatched and missing ones settled together by one task
+-- while the reader goes on (at most SETTLERS batches in flight). first =
+-- the entries come from a ">" read: never delivered before.
+function Worker:handle_batch(entries, first)
     local classifier = self:classifier()
     local missing, unmatched, by_id = {}, {}, {}
     for _, entry in ipairs(entries) do
@@ -177,8 +183,22 @@ function Worker:handle_batch(entries)
             end
         end
     end
-    self:settle_missing(missing)
-    self:settle_unmatched(unmatched, by_id)
+    if #missing == 0 and #unmatched == 0 then
+        return
+    end
+    self.settlers.acquire()
+    self.busy = self.busy + 1
+    loop.spawn(function()
+        local ok, err = xpcall(function()
+            self:settle_missing(missing)
+            self:settle_unmatched(unmatched, by_id, first)
+        end, debug.traceback)
+        self.busy = self.busy - 1
+        self.settlers.release()
+        if not ok then
+            log.error("settling a batch failed", { error = err })
+        end
+    end)
 end
 
 
@@ -197,11 +217,21 @@ function Worker:settle_missing(ids)
 end
 
 
-function Worker:settle_unmatched(ids, by_id)
+--- Acknowledges unmatched entries. A first delivery has no recorded
+-- invocations, so one plain XACK does; redeliveries (own PEL, reclaim, or
+-- everything after this process recreated the group) go through the script
+-- that keeps those whose state still records invocations.
+function Worker:settle_unmatched(ids, by_id, first)
     if #ids == 0 then
         return
     end
-    local kept, err = self.life:ack_unmatched(ids)
+    local kept, err
+    if first and not self.group_recreated then
+        local acked, xerr = self.client:call("XACK", self.cfg.stream, self.cfg.group, unpack(ids))
+        kept, err = acked and {} or nil, xerr
+    else
+        kept, err = self.life:ack_unmatched(ids)
+    end
     if kept == nil then
         log.warn("cannot acknowledge unmatched messages; they stay pending", { error = err })
         return
@@ -231,6 +261,7 @@ function Worker:recover_read_error(err, kind, delay)
     if kind == "reply" and tostring(err):find("NOGROUP", 1, true) then
         log.warn("consumer group is gone; recreating it at 0", { error = err })
         self.metrics.inc("relay_group_recreated_total")
+        self.group_recreated = true
         self:ensure_group()
         return 0.1
     end
@@ -266,7 +297,7 @@ function Worker:read_loop()
         else
             delay = 0.1
             if reply ~= redis.null and not self.stopping then
-                self:handle_batch(reply[1][2])
+                self:handle_batch(reply[1][2], true)
             end
         end
     end

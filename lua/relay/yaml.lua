@@ -36,8 +36,11 @@ end
 --   {kind="event", line=, col=, handler=, handler_line=, handler_col=, pattern_json=,
 --    timeout=<node or nil>, retries=<node or nil>}
 -- (pattern_json as relay.pattern.compile would return it); all others are plain nodes.
+-- (A binary built before load_app existed gets plain nodes: same results, slower.)
+local core_load_app = core.load_app or core.load
+
 function _M.load_app(text, file)
-    local root, err = core.load_app(text)
+    local root, err = core_load_app(text)
     if not root then
         return nil, (file or "<yaml>") .. ":" .. err
     end

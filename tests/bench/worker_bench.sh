@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The worker benchmarks: `relay run` against baselines measured in the same run
+# on a private redis-server (tests/bench/worker_bench.lua does the work):
+#   (a) unmatched events/s vs a raw XREADGROUP + XACK loop      (target >= 0.7)
+#   (b) matched events/s, trivial handler, vs relay.runtime.invoke at
+#       concurrency 2                                             (target >= 0.85)
+#   (c) RSS with 100 apps x 10 rules and 1,000 pending messages vs an idle
+#       daemon without apps                                       (target < 64 MiB)
+# Needs root, runc and redis-server. Exits non-zero on errors only; missed
+# targets are printed, never asserted.
+#   tests/bench/worker_bench.sh [--quick] [a] [b] [c]     RELAY_BIN picks the binary (default build/relay)
+# Full: 200,000 unmatched events, 120 invocations, 1,000 pending, 5 rounds of (a) and (b)
+# (baseline and relay alternating first; medians). --quick: 20,000 events, 16
+# invocations, 2 rounds (CI-sized, ~5 s).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${RELAY_BIN:-$here/build/relay}
+n=200000 m=120 msgs=1000 rounds=5
+which=()
+while (($#)); do
+    case $1 in
+        --quick) n=20000 m=16 rounds=2; shift ;;
+        a|b|c) which+=("$1"); shift ;;
+        *) echo "usage: $0 [--quick] [a] [b] [c]" >&2; exit 2 ;;
+    esac
+done
+((${#which[@]})) || which=(a b c)
+[[ -x $bin ]] || { echo "no relay binary at $bin (build first)" >&2; exit 2; }
+command -v redis-server >/dev/null || { echo "redis-server not found" >&2; exit 2; }
+
+dir=$(mktemp -d /tmp/relay-wbench.XXXXXX)
+cleanup() {
+    if [[ -s $dir/r.pid ]]; then kill "$(cat "$dir/r.pid")" 2>/dev/null || true; fi
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+redis-server --port 0 --unixsocket "$dir/r.sock" --unixsocketperm 700 --save '' --appendonly no \
+    --daemonize yes --pidfile "$dir/r.pid" --logfile "$dir/redis.log" --dir "$dir" >/dev/null
+for _ in $(seq 100); do [[ -S $dir/r.sock && -s $dir/r.pid ]] && break; sleep 0.05; done
+[[ -S $dir/r.sock ]] || { echo "redis-server did not start" >&2; exit 1; }
+
+cd "$here"
+start=$(date +%s.%N)
+for w in "${which[@]}"; do
+    "$bin" x-lua "$here/tests/bench/worker_bench.lua" "$dir/r.sock" "$dir/work" "$w" "$n" "$m" "$msgs" "$rounds"
+done
+printf 'total %.1f s (%s)\n' "$(echo "$(date +%s.%N) - $start" | bc)" "${which[*]}"
