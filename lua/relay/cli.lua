@@ -47,7 +47,10 @@ local function command_module(name)
 end
 
 
-local function build_parser(modules)
+-- Only the command being run is loaded and configured: the others are
+-- listed with their summary, which is all `relay --help` shows. Loading
+-- every command module would cost each invocation milliseconds.
+local function build_parser(modules, selected)
     local parser = argparse("relay", "Relay: dispatch events from a Redis stream to handlers in containers.")
         :command_target("command")
         :require_command(true)
@@ -55,8 +58,13 @@ local function build_parser(modules)
     for _, entry in ipairs(COMMANDS) do
         local name, summary = entry[1], entry[2]
         local cmd = parser:command(name, summary)
-        modules[name] = command_module(name)
-        modules[name].configure(cmd)
+        if name == selected then
+            modules[name] = command_module(name)
+            modules[name].configure(cmd)
+        else
+            cmd:argument("rest", "arguments"):args("*")
+            cmd:handle_options(false)
+        end
     end
     return parser
 end
@@ -123,13 +131,13 @@ function _M.main(argv)
         return run_script(argv)
     end
     local modules = {}
-    local parser = build_parser(modules)
+    local parser = build_parser(modules, argv[1])
     local ok, args = parse(parser, argv)
     if ok == "exit" then
         return args
     end
     if not ok then
-        io.stderr:write("relay: ", args, " (see relay --help)\n")
+        io.stderr:write("relay: ", args, " (see relay ", modules[argv[1]] and (argv[1] .. " ") or "", "--help)\n")
         return 2
     end
     local success, result = xpcall(function()

@@ -1,0 +1,26 @@
+-- `cmake --install` puts the binary and its Lua tree under a prefix, and the
+-- installed binary uses the installed tree, not the source tree it was built from.
+local cli = require("helpers.cli")
+
+describe("an installed relay", function()
+    it("finds its installed Lua tree", function()
+        local build_dir = cli.binary():match("^(.*)/[^/]+$")
+        local prefix = os.tmpname()
+        os.remove(prefix)
+        local ok = os.execute(string.format("cmake --install %s --prefix %s >/dev/null 2>&1", build_dir, prefix))
+        assert.is_true(ok == 0 or ok == true, "cmake --install failed")
+        local script = prefix .. "/where.lua"
+        local f = assert(io.open(script, "w"))
+        f:write("print(package.relay_lua_dir)\n")
+        f:close()
+        local p = io.popen(prefix .. "/bin/relay x-lua " .. script)
+        local where = p:read("*l")
+        p:close()
+        local p2 = io.popen(prefix .. "/bin/relay version")
+        local version = p2:read("*a")
+        p2:close()
+        os.execute("rm -rf " .. prefix)
+        assert.are.equal(prefix .. "/bin/../share/relay/lua", where)
+        assert.matches("^relay %d", version)
+    end)
+end)
