@@ -128,7 +128,9 @@ local function run_invocation(w, msg, inv)
         return "pending"
     end
     if not acquire_slots(w, inv.app_table) then
-        return "pending"
+        -- Blocked on a slot: not charged; try again here after another slot
+        -- wait rather than leaving it to the reclaim sweep alone.
+        return "waiting", w.constants.slot_wait_ms
     end
     local token = w.life:token()
     local r, err = w.life:try_start(msg, inv, token)

@@ -4,7 +4,7 @@
 --   d.lines       -- every stderr line so far (handler output is prefixed
 --                 -- `[<app>/<handler> <id>#<attempt>] `)
 --   d:runs()      -- the handler stamp lines parsed (see spec/fixtures/worker-apps/wa/h.sh)
---   d:stop("TERM") -- → the exit report { status = N | nil, signal = N | nil }
+--   d:stop("TERM").code -- the exit status (report: { code, status, signal })
 --   d:kill9()
 -- The binary is RELAY_BIN or, without it, the binary hosting the specs.
 local cli = require("helpers.cli")
@@ -148,12 +148,12 @@ end
 
 
 --- Sends signal (default TERM) and waits up to timeout s for the exit.
--- Returns the exit report { status = N | nil, signal = N | nil }.
+-- Returns the exit report { code = exit status (128+N if killed by signal
+-- N), status = N | nil, signal = N | nil }, or nil, "timeout".
 function Daemon:stop(signal, timeout)
-    if self.report then
-        return self.report
+    if not self.report then
+        self.h:kill(signal or "TERM")
     end
-    self.h:kill(signal or "TERM")
     return self:wait(timeout or 30)
 end
 
@@ -171,6 +171,7 @@ function Daemon:wait(timeout)
     end
     local r, err = self.h:wait(timeout)
     if r then
+        r.code = r.status or (128 + (r.signal or 0))
         self.report = r
     end
     return r, err
@@ -184,6 +185,23 @@ function Daemon:kill9()
     end
     self.h:kill("KILL")
     return self:wait(10)
+end
+
+
+--- Kills the daemon if it still runs, removes its consumer's leftover
+-- containers and cgroups, and its state dir when start() made it.
+function Daemon:cleanup()
+    local runtime = require("relay.runtime")
+    if not self.report then
+        self:kill9()
+    end
+    pcall(function()
+        runtime.new({ runtime = "runc", state_dir = self.state_dir, consumer = self.opts.consumer }):sweep()
+    end)
+    runtime.remove_cgroup_dirs("relay/" .. runtime.sanitize(self.opts.consumer or "relay"))
+    if not self.opts.state_dir then
+        fs.rm_rf(self.state_dir)
+    end
 end
 
 
