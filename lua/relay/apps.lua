@@ -29,6 +29,8 @@ local yaml = require("relay.yaml")
 local pattern = require("relay.pattern")
 local duration = require("relay.duration")
 local cron = require("relay.cron")
+local fs = require("relay.fs")
+local textutil = require("relay.text")
 local constants = require("relay.constants")
 
 local _M = {}
@@ -77,21 +79,9 @@ end
 local function closest(word, list)
     local best, best_d
     for _, cand in ipairs(list) do
-        -- Levenshtein distance, small strings only.
-        local prev = {}
-        for j = 0, #cand do
-            prev[j] = j
-        end
-        for i = 1, #word do
-            local cur = { [0] = i }
-            for j = 1, #cand do
-                local cost = word:byte(i) == cand:byte(j) and 0 or 1
-                cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-            end
-            prev = cur
-        end
-        if not best_d or prev[#cand] < best_d then
-            best, best_d = cand, prev[#cand]
+        local d = textutil.edit_distance(word, cand)
+        if not best_d or d < best_d then
+            best, best_d = cand, d
         end
     end
     if best_d and best_d <= 2 and best_d < #word then
@@ -526,47 +516,21 @@ function _M.validate(text, path, name, app_dir)
 end
 
 
--- Directory listing through the FFI (the host has no lfs): names in `dir`, or nil, err.
-local ffi = require("ffi")
-pcall(ffi.cdef, [[
-typedef struct relay_apps_dir relay_apps_dir;
-struct relay_apps_dirent {
-    uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256];
-};
-relay_apps_dir *opendir(const char *name);
-struct relay_apps_dirent *readdir(relay_apps_dir *d);
-int closedir(relay_apps_dir *d);
-char *strerror(int errnum);
-]])
-
-
+-- Names in a directory, or nil, reason.
 local function list_dir(dir)
-    local d = ffi.C.opendir(dir)
-    if d == nil then
-        return nil, ffi.string(ffi.C.strerror(ffi.errno()))
+    local entries, _, reason = fs.list(dir)
+    if not entries then
+        return nil, reason
     end
     local names = {}
-    while true do
-        local ent = ffi.C.readdir(d)
-        if ent == nil then
-            break
-        end
-        names[#names + 1] = ffi.string(ent.d_name)
+    for i, entry in ipairs(entries) do
+        names[i] = entry.name
     end
-    ffi.C.closedir(d)
-    table.sort(names)
     return names
 end
 
 
-local function is_dir(path)
-    local f = io.open(path .. "/.", "rb")
-    if f then
-        f:close()
-        return true
-    end
-    return false
-end
+local is_dir = fs.is_dir
 
 
 local function read_file(path)

@@ -2,7 +2,7 @@
 -- two live daemons must never read as the same consumer, and other
 -- replicas must be able to tell a live instance from a dead one.
 local exit = require("relay.exit")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local redis = require("relay.redis")

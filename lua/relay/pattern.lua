@@ -17,6 +17,7 @@
 --     condition is a scalar, which is reported as "must be a list");
 --   * otherwise                        -> a nested group of fields (values are conditions),
 --     where operator names are refused as field names.
+local textutil = require("relay.text")
 local yaml = require("relay.yaml")
 local duration = require("relay.duration")
 
@@ -55,22 +56,7 @@ local function fail(ctx, node, label, fmt, ...)
 end
 
 
-local function edit_distance(a, b)
-    local prev = {}
-    for j = 0, #b do
-        prev[j] = j
-    end
-    for i = 1, #a do
-        local cur = { [0] = i }
-        for j = 1, #b do
-            local cost = a:byte(i) == b:byte(j) and 0 or 1
-            cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-        end
-        prev = cur
-    end
-    return prev[#b]
-end
-
+local edit_distance = textutil.edit_distance
 
 --- The known operator closest to `word`, if it is close enough to be a typo: one edit
 -- away, or two for the long operator names (so "last" is not taken for "lt").

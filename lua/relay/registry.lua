@@ -3,7 +3,7 @@
 -- which are paused fleet-wide. Reloads keep the last good version of an app
 -- whose new template is invalid (relay.md section 2).
 local apps = require("relay.apps")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local log = require("relay.log")
 
 local _M = {}

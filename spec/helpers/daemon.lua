@@ -8,7 +8,7 @@
 --   d:kill9()
 -- The binary is RELAY_BIN or, without it, the binary hosting the specs.
 local cli = require("helpers.cli")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")
 

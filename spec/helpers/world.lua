@@ -6,7 +6,7 @@
 --   local id = w:publish('{"t":"ok"}')
 --   w:close()
 local daemon = require("helpers.daemon")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local redis = require("relay.redis")
 local redis_server = require("helpers.redis")

@@ -3,7 +3,7 @@
 -- that kill every process, bounded memory under an output flood, and the
 -- orphan sweep after a killed daemon.
 local cli = require("helpers.cli")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")
 local runtime = require("relay.runtime")

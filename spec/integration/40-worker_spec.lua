@@ -5,7 +5,7 @@
 -- retry on the release constants. Fault scenarios: 41-… and 42-….
 local build = require("relay.core.build")
 local cli = require("helpers.cli")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")

@@ -5,7 +5,7 @@
 -- (3) and a Redis outage (6). Real redis-server, real runc.
 local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")

@@ -3,7 +3,7 @@
 -- build's compressed constants. Real redis-server, real runc.
 local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")

@@ -2,7 +2,7 @@
 -- invalid template keeps the last good version loaded (relay.md section 2).
 local daemon = require("helpers.daemon")
 local redis_server = require("helpers.redis")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local core_redis = require("relay.core.redis")
 
 local HANDLER = "#!/bin/sh\ncat >/dev/null\necho \"ran $RELAY_HANDLER\"\n"

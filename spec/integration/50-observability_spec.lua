@@ -5,7 +5,7 @@
 -- every stderr line is a JSON record, and `relay status --json` afterwards.
 local cjson = require("cjson.safe")
 local cli = require("helpers.cli")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local http = require("relay.core.http")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")

@@ -3,7 +3,7 @@ local cjson = require("cjson")
 local cli = require("helpers.cli")
 local daemon = require("helpers.daemon")
 local redis_server = require("helpers.redis")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local core_redis = require("relay.core.redis")
 
 local function copy_apps(from)

@@ -1,7 +1,7 @@
 -- The container runtime: what each driver builds (commands, OCI bundle), the
 -- container environment contract of relay.md section 3, outcome classification.
 -- No container is started here (spec/integration/30-runc_spec.lua does that).
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
 

@@ -8,7 +8,7 @@
 local apps = require("relay.apps")
 local config = require("relay.config")
 local exit = require("relay.exit")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local invoke = require("relay.runtime.invoke")
 local runtime = require("relay.runtime")
 

@@ -3,7 +3,7 @@
 -- (stopped when relay stops) and prints how to publish to it.
 local config = require("relay.config")
 local exit = require("relay.exit")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")
 

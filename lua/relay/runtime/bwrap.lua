@@ -5,7 +5,7 @@
 -- Known difference: bwrap does not forward SIGTERM into the sandbox; at the
 -- deadline the outer bwrap dies and --die-with-parent SIGKILLs the sandbox,
 -- so a handler gets no graceful TERM under this driver.
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local log = require("relay.log")
 local runtime = require("relay.runtime")
 

@@ -5,7 +5,7 @@
 -- attempt); 126/127 (command not executable / not found in the image) are
 -- the handler's failure, as relay.md section 3 says. The CLI proxies our
 -- SIGTERM to the container; the KILL step is `<engine> kill`, then `rm -f`.
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local runtime = require("relay.runtime")
 
 local _M = {}

@@ -13,7 +13,7 @@
 --   sweep()               -> removed count        (this consumer's orphans only)
 -- spec = { argv, env, term_argv, kill_argv, kill_delay, cgroup_procs, keep_group }.
 local duration = require("relay.duration")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 
 local _M = {}
 

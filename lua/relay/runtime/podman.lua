@@ -2,7 +2,7 @@
 -- of host (CONTAINERS.md section 2): `--runtime runc` (its default crun
 -- refuses cgroup v1 hybrid hosts) and a containers.conf with
 -- `default_ulimits = []` (raising rlimits needs CAP_SYS_RESOURCE).
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local make = require("relay.runtime.docker").make
 
 local CONF = "[containers]\ndefault_ulimits = []\n"

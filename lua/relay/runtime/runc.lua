@@ -8,7 +8,7 @@
 --   bundles/<app>/<id>/        config.json and runc.log of one invocation
 -- The rootfs is shared read-only; the per-invocation dir holds just the
 -- config with its own container id and cgroup leaf.
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
 

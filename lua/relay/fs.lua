@@ -91,11 +91,13 @@ function _M.realpath(path)
 end
 
 
---- Entries of a directory: list of {name=, dir=bool, link=bool}, sorted by name.
+--- Entries of a directory: list of {name=, dir=bool, link=bool}, sorted by
+-- name; or nil, "opendir PATH: reason", reason.
 function _M.list(path)
     local d = opendir(path)
     if d == nil then
-        return nil, errmsg("opendir", path)
+        local reason = ffi.string(C.strerror(ffi.errno()))
+        return nil, "opendir " .. path .. ": " .. reason, reason
     end
     local out = {}
     while true do
