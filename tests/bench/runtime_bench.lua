@@ -7,7 +7,7 @@
 --   invoke      `relay app invoke` end to end (process start, app load, bundle
 --               write, run, cleanup)
 -- then invocations/second of the runtime module at concurrency 2.
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local invoke = require("relay.runtime.invoke")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")

@@ -11,7 +11,7 @@
 -- Prints figures and ratio lines; errors raise (exit non-zero), missed
 -- targets do not.
 local config = require("relay.config")
-local fs = require("relay.runtime.fs")
+local fs = require("relay.fs")
 local invoke = require("relay.runtime.invoke")
 local keys = require("relay.keys")
 local loop = require("relay.core.loop")
