@@ -9,6 +9,12 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SCAN_AVX2 1
+#else
+#define SCAN_AVX2 0
+#endif
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define SCAN_SWAR 1
@@ -387,6 +393,7 @@ typedef struct scanner {
     cursor start, end;
     const relay_json_visitor *v;
     int depth;
+    int misses; /* block fast-path attempts that gained little */
     int32_t token[RELAY_JSON_MAX_DEPTH + 1];
     unsigned char is_object[RELAY_JSON_MAX_DEPTH + 1];
 } scanner;
@@ -414,6 +421,318 @@ open_container(scanner *s, int32_t slot, int object)
     s->token[s->depth] = tok;
     s->is_object[s->depth] = (unsigned char)object;
     return 0;
+}
+
+
+/* ---- Block fast path for untracked arrays of plain numbers ----
+ *
+ * GeoJSON coordinates ([[[-122.48,37.76,0],...]]) are most of a typical
+ * event. Instead of a token at a time, classify 64 bytes into bitmasks and
+ * check the whole grammar of "arrays of [-]int[.frac], no whitespace" with
+ * word operations. The path only ever commits a prefix it proved valid and
+ * stops at the first byte it is unsure about (exponent, whitespace, string,
+ * object, bad byte...), where the scalar scanner takes over and produces the
+ * exact same result and error message as if the fast path did not exist. */
+
+typedef struct block_masks {
+    uint64_t digit, zero, minus, dot, comma, open, close;
+} block_masks;
+
+/* After this many attempts that gained under 32 bytes, an event stops
+ * trying the block path (whitespace-formatted arrays, say). */
+#define FAST_MISSES 8
+
+/* -1 = not chosen yet; see relay_json_set_simd. */
+static int simd_level = -1;
+
+
+/* Portable classifier: the reference for the vector ones. */
+static void
+classify_scalar(cursor p, block_masks *m)
+{
+    unsigned i;
+
+    memset(m, 0, sizeof *m);
+    for (i = 0; i < 64; i++) {
+        uint64_t bit = UINT64_C(1) << i;
+
+        if ((unsigned)(p[i] - '0') < 10)
+            m->digit |= bit;
+        m->zero |= p[i] == '0' ? bit : 0;
+        m->minus |= p[i] == '-' ? bit : 0;
+        m->dot |= p[i] == '.' ? bit : 0;
+        m->comma |= p[i] == ',' ? bit : 0;
+        m->open |= p[i] == '[' ? bit : 0;
+        m->close |= p[i] == ']' ? bit : 0;
+    }
+}
+
+
+#ifdef __SSE2__
+static inline __attribute__((always_inline)) uint64_t
+eq16(__m128i x, char c)
+{
+    return (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(c)));
+}
+
+
+static inline __attribute__((always_inline)) void
+classify_sse2(cursor p, block_masks *m)
+{
+    unsigned i;
+
+    memset(m, 0, sizeof *m);
+    for (i = 0; i < 64; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+
+        m->digit |= digit_mask16(p + i) << i;
+        m->zero |= eq16(x, '0') << i;
+        m->minus |= eq16(x, '-') << i;
+        m->dot |= eq16(x, '.') << i;
+        m->comma |= eq16(x, ',') << i;
+        m->open |= eq16(x, '[') << i;
+        m->close |= eq16(x, ']') << i;
+    }
+}
+#endif
+
+
+#if SCAN_AVX2
+__attribute__((target("avx2,bmi,bmi2,popcnt"), always_inline)) static inline uint64_t
+eq32(__m256i x, char c)
+{
+    return (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(x, _mm256_set1_epi8(c)));
+}
+
+
+/* Compiled for AVX2 alone, so the build needs no global -mavx2; only called
+ * after __builtin_cpu_supports("avx2"). */
+__attribute__((target("avx2,bmi,bmi2,popcnt"), always_inline)) static inline void
+classify_avx2(cursor p, block_masks *m)
+{
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+    __m256i bias = _mm256_set1_epi8((char)('0' + 128)), ten = _mm256_set1_epi8((char)(-128 + 10));
+
+    m->digit = (uint64_t)(uint32_t)_mm256_movemask_epi8(
+                   _mm256_cmpgt_epi8(ten, _mm256_sub_epi8(lo, bias)))
+               | (uint64_t)(uint32_t)_mm256_movemask_epi8(
+                     _mm256_cmpgt_epi8(ten, _mm256_sub_epi8(hi, bias)))
+                     << 32;
+    m->zero = eq32(lo, '0') | eq32(hi, '0') << 32;
+    m->minus = eq32(lo, '-') | eq32(hi, '-') << 32;
+    m->dot = eq32(lo, '.') | eq32(hi, '.') << 32;
+    m->comma = eq32(lo, ',') | eq32(hi, ',') << 32;
+    m->open = eq32(lo, '[') | eq32(hi, '[') << 32;
+    m->close = eq32(lo, ']') | eq32(hi, ']') << 32;
+}
+#endif
+
+
+int
+relay_json_set_simd(int level)
+{
+    /* The portable classifier is slower than the plain scanner, so AUTO
+     * only takes a vector one; tests may still ask for PORTABLE. */
+#ifdef __SSE2__
+    int best = RELAY_JSON_SIMD_SSE2, pick = RELAY_JSON_SIMD_SSE2;
+#else
+    int best = RELAY_JSON_SIMD_PORTABLE, pick = RELAY_JSON_SIMD_OFF;
+#endif
+
+#if SCAN_AVX2
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi")
+        && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
+        best = pick = RELAY_JSON_SIMD_AVX2;
+#endif
+    simd_level = level < 0 ? pick : level > best ? best : level;
+    return simd_level;
+}
+
+
+/* Bit i set when byte i breaks the grammar of "arrays of [-]int[.frac]
+ * without whitespace", given that the byte before the block was ',' (a
+ * value position). Every byte must be one of 0-9 - . , [ ] and may only
+ * follow bytes that can precede it; no leading zero, no second '.' in a
+ * number. A number cut off by the block end is not fully judged, which is
+ * why commits end at a ',' or a bracket. */
+static inline uint64_t
+block_errors(const block_masks *m)
+{
+    uint64_t d = m->digit, c = m->comma, o = m->open, x = m->close;
+    uint64_t pd = d << 1, pc = c << 1 | 1, po = o << 1, px = x << 1;
+    uint64_t starts = d & (pc | po | m->minus << 1);
+    uint64_t bad = ~(d | m->minus | m->dot | c | o | x);
+
+    bad |= d & px;                             /* digit after ']' */
+    bad |= m->dot & ~pd;                       /* '.' only after a digit */
+    bad |= (m->minus | o) & ~(pc | po);        /* '-' and '[' start a value */
+    bad |= c & ~(pd | px);                     /* ',' ends a value */
+    bad |= x & ~(pd | px | po);                /* ']' ends a value or [] */
+    bad |= (starts & m->zero) << 1 & d;        /* leading zero */
+    /* Adding a fraction's first bit carries to just past its digit run,
+     * which must not be another '.' ("1.2.3"). */
+    bad |= ((m->dot << 1) + d) & ~d & m->dot;
+    return bad;
+}
+
+
+/* Where one block's commit ends and what state the scalar scanner resumes
+ * in: `after` is 1 after a complete value, 0 at a value position. */
+typedef struct block_cut {
+    unsigned at;
+    int after;
+} block_cut;
+
+
+/* Follow the brackets in `b` (one block's, in order), updating s->depth.
+ * Stops at the end of the untracked value: the ']' that closes it (object
+ * base) or would close the base array, or a '[' beyond the depth limit.
+ * Returns 1 with *cut set when it stopped. */
+static inline int
+block_brackets(scanner *s, uint64_t b, uint64_t close, int base, int base_object,
+               block_cut *cut)
+{
+    int d = s->depth, stop = 0;
+
+    while (b) {
+        unsigned i = (unsigned)__builtin_ctzll(b);
+
+        if (close >> i & 1) {
+            if (d == base) {
+                cut->at = i;
+                cut->after = 1;
+                stop = 1;
+                break;
+            }
+            d--;
+            if (d == base && base_object) {
+                cut->at = i + 1;
+                cut->after = 1;
+                stop = 1;
+                break;
+            }
+        } else {
+            if (d == RELAY_JSON_MAX_DEPTH) {
+                cut->at = i;
+                cut->after = 0;
+                stop = 1;
+                break;
+            }
+            d++;
+            s->token[d] = -1;
+            s->is_object[d] = 0;
+        }
+        b &= b - 1;
+    }
+    s->depth = d;
+    return stop;
+}
+
+
+/* Bits 0..n-1. */
+static inline uint64_t
+below(unsigned n)
+{
+    return n >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
+}
+
+
+/* Commit what one classified block proves. Returns the bytes committed
+ * (0 = none) and sets *after. Commits end at a structural stop, else just
+ * past the last ',' before the first bad byte; brackets beyond that ',' are
+ * given back and the next block starts there. */
+static inline __attribute__((always_inline)) unsigned
+block_commit(scanner *s, const block_masks *m, int base, int base_object, int *after)
+{
+    block_cut cut;
+    uint64_t bad = block_errors(m), commas, brackets;
+    unsigned limit = bad ? (unsigned)__builtin_ctzll(bad) : 64, k;
+    int depth;
+
+    commas = m->comma & below(limit);
+    k = commas ? 64 - (unsigned)__builtin_clzll(commas) : 0;
+    brackets = (m->open | m->close) & below(limit);
+    *after = 0;
+    if (block_brackets(s, brackets & below(k), m->close, base, base_object, &cut))
+        goto cut;
+    depth = s->depth;
+    if (block_brackets(s, brackets & ~below(k), m->close, base, base_object, &cut))
+        goto cut;
+    s->depth = depth;
+    return k;
+cut:
+    *after = cut.after;
+    return cut.at;
+}
+
+
+/* The block loop over the untracked array at p, one copy per classifier so
+ * each can be compiled for its own instruction set. The tail is copied into
+ * NUL padding, which is never valid, so nothing past `end` is committed;
+ * it has its own loop so the main one makes no calls. */
+#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                  \
+    static cursor                                                              \
+    name(scanner *s, cursor p, cursor end, int *after)                         \
+    {                                                                          \
+        int base = s->depth, base_object = s->is_object[base];                 \
+        unsigned char pad[64];                                                 \
+        block_masks m;                                                         \
+        unsigned k;                                                            \
+                                                                               \
+        while (end - p >= 64) {                                                \
+            classify_fn(p, &m);                                                \
+            k = block_commit(s, &m, base, base_object, after);                 \
+            p += k;                                                            \
+            if (k == 0 || *after)                                              \
+                return p;                                                      \
+        }                                                                      \
+        for (;;) {                                                             \
+            memset(pad, 0, sizeof pad);                                        \
+            memcpy(pad, p, (size_t)(end - p));                                 \
+            classify_fn(pad, &m);                                              \
+            k = block_commit(s, &m, base, base_object, after);                 \
+            p += k;                                                            \
+            if (k == 0 || *after)                                              \
+                return p;                                                      \
+        }                                                                      \
+    }
+
+DEFINE_SKIP_BLOCKS(skip_blocks_portable, classify_scalar)
+#ifdef __SSE2__
+DEFINE_SKIP_BLOCKS(skip_blocks_sse2, classify_sse2)
+#endif
+#if SCAN_AVX2
+/* Compiled for AVX2 (and the BMI/POPCNT every AVX2 CPU has) alone, so the
+ * build needs no global -mavx2; only run after __builtin_cpu_supports. */
+__attribute__((target("avx2,bmi,bmi2,popcnt")))
+DEFINE_SKIP_BLOCKS(skip_blocks_avx2, classify_avx2)
+#endif
+
+
+/* Skip as much of the untracked array at p as the block path can prove
+ * valid. Returns the new position (p when nothing was gained) with s->depth
+ * adjusted; *after tells whether a complete value ends there. */
+static cursor
+skip_number_arrays(scanner *s, cursor p, cursor end, int *after)
+{
+    cursor q;
+
+#if SCAN_AVX2
+    if (simd_level == RELAY_JSON_SIMD_AVX2)
+        q = skip_blocks_avx2(s, p, end, after);
+    else
+#endif
+#ifdef __SSE2__
+    if (simd_level == RELAY_JSON_SIMD_SSE2)
+        q = skip_blocks_sse2(s, p, end, after);
+    else
+#endif
+        q = skip_blocks_portable(s, p, end, after);
+    if (q - p < 32)
+        s->misses++;
+    return q;
 }
 
 
@@ -496,6 +815,24 @@ scan_all(scanner *s, cursor p, int32_t slot, scan_error *err)
     cursor end = s->end;
 
 value:
+    if (p >= end)
+        return fail(err, "expected a value", p);
+    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES
+        && simd_level != RELAY_JSON_SIMD_OFF) {
+        int after;
+        cursor q = skip_number_arrays(s, p, end, &after);
+
+        if (q != p) {
+            p = q;
+            if (after)
+                goto after;
+            if (p < end && is_space[*p])
+                p = skip_space(p, end);
+            slot = -1;
+            goto value_slow;
+        }
+    }
+value_slow:
     if (p >= end)
         return fail(err, "expected a value", p);
     if (*p == '{' || *p == '[') {
@@ -602,10 +939,13 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes,
             snprintf(reason, reasonlen, "event too large (%zu bytes > %zu)", len, max_bytes);
         return -1;
     }
+    if (simd_level < 0)
+        relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
     s.start = (cursor)text;
     s.end = s.start + len;
     s.v = visitor;
     s.depth = 0;
+    s.misses = 0;
     s.token[0] = -1;
     s.is_object[0] = 1; /* keeps the number-array fast path off at the top level */
     p = skip_space(s.start, s.end);

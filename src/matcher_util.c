@@ -97,20 +97,41 @@ mpool_add(relay_matcher *m, const char *s, size_t len, uint32_t *off)
 }
 
 
+/* Each table allocation holds `cap` entries followed by `cap` 32-bit tags
+ * (high hash bits, 0 = free). Probes read only the tags, which stay in
+ * cache even when the entries of a 10k-rule index do not: most lookups of
+ * event values miss, and then no entry is touched at all. */
+static inline uint32_t *
+mtable_tags(const mtable *t)
+{
+    return (uint32_t *)(void *)(t->slots + t->cap);
+}
+
+
+static inline uint32_t
+mtable_tag(uint64_t hash)
+{
+    return (uint32_t)(hash >> 32) | 1;
+}
+
+
 mentry *
 mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool,
             const char *key, size_t len)
 {
     size_t mask, i;
+    const uint32_t *tags;
+    uint32_t want = mtable_tag(hash);
 
     if (!t->cap)
         return NULL;
     mask = t->cap - 1;
-    for (i = hash & mask; t->slots[i].used; i = (i + 1) & mask) {
+    tags = mtable_tags(t);
+    for (i = hash & mask; tags[i]; i = (i + 1) & mask) {
         const mentry *e = &t->slots[i];
 
-        if (e->hash == hash && e->node == node && e->tag == tag && e->key_len == len
-            && memcmp(pool + e->key_off, key, len) == 0)
+        if (tags[i] == want && e->hash == hash && e->node == node && e->tag == tag
+            && e->key_len == len && memcmp(pool + e->key_off, key, len) == 0)
             return &t->slots[i];
     }
     return NULL;
@@ -120,17 +141,23 @@ mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const c
 static int
 mtable_resize(mtable *t, size_t cap)
 {
-    mentry *old = t->slots, *fresh = calloc(cap, sizeof *fresh);
+    mentry *old = t->slots, *fresh;
+    uint32_t *tags;
     size_t i, j;
 
+    if (cap > SIZE_MAX / (sizeof *fresh + sizeof *tags))
+        return -1;
+    fresh = calloc(cap, sizeof *fresh + sizeof *tags);
     if (!fresh)
         return -1;
+    tags = (uint32_t *)(void *)(fresh + cap);
     for (i = 0; i < t->cap; i++) {
         if (!old[i].used)
             continue;
-        for (j = old[i].hash & (cap - 1); fresh[j].used; j = (j + 1) & (cap - 1))
+        for (j = old[i].hash & (cap - 1); tags[j]; j = (j + 1) & (cap - 1))
             ;
         fresh[j] = old[i];
+        tags[j] = mtable_tag(old[i].hash);
     }
     free(old);
     t->slots = fresh;
@@ -144,14 +171,17 @@ mentry *
 mtable_insert(mtable *t, uint64_t hash)
 {
     size_t i;
+    uint32_t *tags;
 
     if ((t->len + 1) * 2 > t->cap && mtable_resize(t, t->cap ? t->cap * 2 : 16) < 0)
         return NULL;
-    for (i = hash & (t->cap - 1); t->slots[i].used; i = (i + 1) & (t->cap - 1))
+    tags = mtable_tags(t);
+    for (i = hash & (t->cap - 1); tags[i]; i = (i + 1) & (t->cap - 1))
         ;
     memset(&t->slots[i], 0, sizeof t->slots[i]);
     t->slots[i].used = 1;
     t->slots[i].hash = hash;
+    tags[i] = mtable_tag(hash);
     t->len++;
     return &t->slots[i];
 }

@@ -1,8 +1,10 @@
 /* libFuzzer target for the matcher and the JSON scanner.
  * Input: up to four lines of rules in normal form, then the event (the rest
  * of the input, newlines included). Rules may fail to compile; nothing may
- * crash, leak or hit undefined behaviour, and matching must agree with plain
- * validation about which events are malformed. */
+ * crash, leak or hit undefined behaviour, matching must agree with plain
+ * validation about which events are malformed, and every level of the
+ * scanner's block fast path must give the plain scanner's verdict and
+ * reason, byte for byte. */
 #include "relay/json_scan.h"
 #include "relay/matcher.h"
 
@@ -13,6 +15,31 @@
 #define MAX_RULES 4
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+
+/* Validate at every fast-path level; abort unless all agree with OFF. */
+static int
+validate_all_levels(const char *p, size_t len)
+{
+    static const int levels[] = {
+        RELAY_JSON_SIMD_PORTABLE, RELAY_JSON_SIMD_SSE2, RELAY_JSON_SIMD_AVX2,
+    };
+    char want[256], got[256];
+    int rc, i;
+
+    relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+    want[0] = '\0';
+    rc = relay_json_validate_object(p, len, 4096, want, sizeof want);
+    for (i = 0; i < (int)(sizeof levels / sizeof *levels); i++) {
+        relay_json_set_simd(levels[i]);
+        got[0] = '\0';
+        if (relay_json_validate_object(p, len, 4096, got, sizeof got) != rc
+            || strcmp(got, want) != 0)
+            abort();
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+    return rc;
+}
 
 
 int
@@ -32,7 +59,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     n = relay_matcher_match(m, p, (size_t)(end - p), 4096, INT64_C(1767225600000), ids, 8, err,
                             sizeof err);
-    valid = relay_json_validate_object(p, (size_t)(end - p), 4096, err, sizeof err) == 0;
+    valid = validate_all_levels(p, (size_t)(end - p)) == 0;
     if ((n >= 0) != valid)
         abort();
     for (i = 1; i < n && i < 8; i++)

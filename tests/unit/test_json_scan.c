@@ -3,6 +3,7 @@
 #include "relay/json_scan.h"
 
 #include <math.h>
+#include <stdint.h>
 
 #define MAX (1u << 20)
 
@@ -209,6 +210,204 @@ test_unescape(void)
 }
 
 
+/* ---- the block fast path must agree with the plain scanner ---- */
+
+static const int levels[] = {
+    RELAY_JSON_SIMD_PORTABLE, RELAY_JSON_SIMD_SSE2, RELAY_JSON_SIMD_AVX2,
+};
+static long agree_cases;
+
+
+/* Validate text at every level; every level must give the OFF result. */
+static int
+agree(const char *text, size_t len)
+{
+    char want[256], got[256];
+    int rc, i, ok = 1;
+
+    relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+    want[0] = '\0';
+    rc = relay_json_validate_object(text, len, MAX, want, sizeof want);
+    for (i = 0; i < (int)(sizeof levels / sizeof *levels); i++) {
+        got[0] = '\0';
+        relay_json_set_simd(levels[i]);
+        if (relay_json_validate_object(text, len, MAX, got, sizeof got) != rc
+            || strcmp(got, want) != 0) {
+            fprintf(stderr, "level %d disagrees on %.*s: \"%s\" vs \"%s\"\n", levels[i],
+                    (int)len, text, got, want);
+            ok = 0;
+        }
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+    agree_cases++;
+    return ok;
+}
+
+
+#define AGREE(lit) CHECK(agree(lit, sizeof(lit) - 1))
+
+static uint64_t rng_state = UINT64_C(0x9e3779b97f4a7c15);
+
+
+static unsigned
+rnd(unsigned n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state % n);
+}
+
+
+/* Append a random number-array value (mostly valid) of depth <= d. */
+static size_t
+gen_value(char *out, size_t at, size_t cap, int d)
+{
+    static const char *const nums[] = {
+        "-122.48613717231817", "37.7608108830672", "0", "-0", "1", "10.5", "0.25",
+        "123456789012345678901234567890", "-7", "3.0", "99",
+    };
+    unsigned n, i;
+
+    if (at + 64 >= cap)
+        return at;
+    if (d == 0 || rnd(3) == 0) {
+        const char *v = nums[rnd(sizeof nums / sizeof *nums)];
+
+        memcpy(out + at, v, strlen(v));
+        return at + strlen(v);
+    }
+    out[at++] = '[';
+    n = rnd(5);
+    for (i = 0; i < n; i++) {
+        if (i)
+            out[at++] = ',';
+        at = gen_value(out, at, cap, d - 1);
+    }
+    out[at++] = ']';
+    return at;
+}
+
+
+/* Bytes the mutations plant: grammar-relevant ones, whitespace, controls,
+ * bytes that are not UTF-8 and the start of a multi-byte sequence. */
+static const unsigned char plant[] = {
+    '0', '1', '9', '-', '+', '.', ',', '[', ']', '{', '}', '"', ':', 'e', 'E', ' ', '\t', '\n',
+    '\r', 0x00, 0x01, 0x1f, 0x7f, 0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff, 'x',
+};
+
+
+/* {"type":"Polygon","coordinates":[[[...]]]} with k coordinate triples. */
+static size_t
+polygon(char *out, unsigned k)
+{
+    size_t n = (size_t)sprintf(out, "{\"type\":\"Polygon\",\"coordinates\":[[");
+    unsigned i;
+
+    for (i = 0; i < k; i++)
+        n += (size_t)sprintf(out + n, "%s[-122.%u,37.%u,0]", i ? "," : "", 486137 + i * 7919,
+                             760810 + i * 104729);
+    n += (size_t)sprintf(out + n, "]]}");
+    return n;
+}
+
+
+static void
+test_block_crafted(void)
+{
+    char buf[4096], m[4096];
+    size_t n, i, j;
+
+    AGREE("{\"a\":[]}");
+    AGREE("{\"a\":[[]]}");
+    AGREE("{\"a\":[[],[]]}");
+    AGREE("{\"a\":[[1,2],[],[3]],\"b\":[1,[2,[3]]]}");
+    AGREE("{\"a\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27]}");
+    AGREE("{\"a\":[[1.5,-2.25,0],[0.5,-0.5,0],[10,20,30],[1.125,2.5,3.75],[-0,0.0,-0.0],[7]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[19,20]]");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[19,20]}");
+    AGREE("[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[19,20],[21]]");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[19,20]],}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[19,20]]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[1.2.3]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[01,2]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[-01,2]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[1e5,2]]}");
+    AGREE("{\"a\":[[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12], [13, 14], [15, 16]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[\"x\"]]}");
+    AGREE("{\"a\":[[1,2],[3,4],[5,6],[7,8],[9,10],[11,12],[13,14],[15,16],[17,18],[{}]]}");
+
+    /* Every byte of a polygon replaced by every byte value, then every
+     * truncation: invalid UTF-8 and controls land at every offset of a
+     * 64-byte block, and on both sides of every cut. */
+    n = polygon(buf, 12);
+    for (i = 0; i < n; i++)
+        for (j = 0; j < 256; j++) {
+            memcpy(m, buf, n);
+            m[i] = (char)j;
+            CHECK(agree(m, n));
+        }
+    for (i = 0; i <= n; i++)
+        CHECK(agree(buf, i));
+    /* deleting or doubling each byte */
+    for (i = 0; i < n; i++) {
+        memcpy(m, buf, i);
+        memcpy(m + i, buf + i + 1, n - i - 1);
+        CHECK(agree(m, n - 1));
+        memcpy(m, buf, i + 1);
+        memcpy(m + i + 1, buf + i, n - i);
+        CHECK(agree(m, n + 1));
+    }
+}
+
+
+static void
+test_block_random(void)
+{
+    char buf[2048];
+    size_t n, k;
+    int round, edits;
+
+    for (round = 0; round < 40000; round++) {
+        n = (size_t)sprintf(buf, "{\"k\":");
+        n = gen_value(buf, n, sizeof buf - 8, 1 + (int)rnd(5));
+        buf[n++] = '}';
+        for (edits = (int)rnd(3); edits > 0; edits--) {
+            k = rnd((unsigned)n);
+            if (rnd(2))
+                buf[k] = (char)plant[rnd(sizeof plant)];
+            else
+                buf[k] = (char)("0123456789-.,[]"[rnd(15)]);
+        }
+        CHECK(agree(buf, n));
+    }
+}
+
+
+/* {"a": d arrays of numbers}: the depth limit cuts inside a block. */
+static void
+test_block_depth(void)
+{
+    size_t d, n, i;
+    char *buf = malloc(8192);
+
+    for (d = 500; d <= 515; d++) {
+        n = 0;
+        memcpy(buf, "{\"a\":", 5);
+        n = 5;
+        for (i = 0; i < d; i++) {
+            memcpy(buf + n, "[1,", 3);
+            n += 3;
+        }
+        for (i = 0; i < d; i++)
+            buf[n++] = ']';
+        buf[n++] = '}';
+        CHECK(agree(buf, n));
+    }
+    free(buf);
+}
+
+
 int
 main(void)
 {
@@ -220,5 +419,9 @@ main(void)
     test_limits();
     test_many_fields();
     test_unescape();
+    test_block_crafted();
+    test_block_random();
+    test_block_depth();
+    printf("%ld texts compared across levels\n", agree_cases);
     CHECK_DONE();
 }

@@ -1,5 +1,6 @@
 /* Unit tests for the compiled matcher (include/relay/matcher.h). */
 #include "check.h"
+#include "relay/json_scan.h"
 #include "relay/matcher.h"
 
 #include <stdint.h>
@@ -312,6 +313,56 @@ test_many_rules(void)
     CHECK_STR(ids_of(m, event), "42,5042");
     CHECK_STR(ids_of(m, "{\"p\":{\"id\":[\"k7\",\"k4999\",\"k7\"]}}"), "7,4999,5007,9999");
     CHECK_STR(ids_of(m, "{\"p\":{\"id\":\"k5000\"}}"), "");
+    /* Every key of the 10k-entry index is found, and near misses are not:
+     * each probe chain of the tagged table is walked. */
+    for (i = 0; i < 6000; i++) {
+        char want[32];
+
+        snprintf(event, sizeof event, "{\"p\":{\"id\":\"k%d\"}}", i);
+        if (i < 5000)
+            snprintf(want, sizeof want, "%d,%d", i, i + 5000);
+        else
+            want[0] = '\0';
+        CHECK_STR(ids_of(m, event), want);
+        snprintf(event, sizeof event, "{\"p\":{\"id\":\"K%d\"}}", i);
+        CHECK_STR(ids_of(m, event), "");
+    }
+    relay_matcher_free(m);
+}
+
+
+/* Untracked arrays of numbers take the scanner's block fast path; tracked
+ * ones must still report every number, and both must reject bad bytes
+ * with the plain scanner's reason. */
+static void
+test_number_arrays(void)
+{
+    static const char *const rules[] = {
+        "{\"properties\":[{\"group\":{\"id\":[{\"eq\":\"a\"}]}}]}",
+        "{\"geometry\":[{\"group\":{\"coordinates\":[{\"eq\":37.5}]}}]}",
+    };
+    static const char ring[] =
+        "[[-122.48613717231817,37.7608108830672,0],[-122.48620965739097,37.761165805915034,0],"
+        "[-122.48607163261062,37.76116134348771,0],[-122.4858737552294,37.761154945988416,0]]";
+    relay_matcher *m = make(rules, 2);
+    char event[1024];
+    int level;
+
+    for (level = RELAY_JSON_SIMD_OFF; level <= RELAY_JSON_SIMD_AVX2; level++) {
+        relay_json_set_simd(level);
+        snprintf(event, sizeof event, "{\"g\":%s,\"properties\":{\"id\":\"a\"},\"h\":%s}", ring,
+                 ring);
+        CHECK_STR(ids_of(m, event), "0");
+        snprintf(event, sizeof event, "{\"geometry\":{\"coordinates\":[%s,[[1,37.5]]]}}", ring);
+        CHECK_STR(ids_of(m, event), "1");
+        snprintf(event, sizeof event, "{\"g\":[%s,[[1,037.5]]],\"properties\":{\"id\":\"a\"}}",
+                 ring);
+        CHECK_STR(ids_of(m, event), "!invalid JSON at byte 181: leading zero in number");
+        snprintf(event, sizeof event, "{\"g\":[%s,[[1,3\x80]]],\"properties\":{\"id\":\"a\"}}",
+                 ring);
+        CHECK_STR(ids_of(m, event), "!invalid JSON at byte 181: expected ',' or ']'");
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
     relay_matcher_free(m);
 }
 
@@ -328,5 +379,6 @@ main(void)
     test_combinations();
     test_compile_errors();
     test_many_rules();
+    test_number_arrays();
     CHECK_DONE();
 }
