@@ -28,26 +28,16 @@ function _M.new(rt)
 end
 
 
-local function image_path(app)
-    local image = (app.runtime or {}).image or "host"
-    if image == "host" then
-        return nil
-    end
-    return image:sub(1, 1) == "/" and image or (runtime.app_dir(app) .. "/" .. image)
-end
+local image_path = runtime.image_path
 
 
 function D:check(app)
     if not self.bwrap then
         return nil, "bwrap not found in PATH"
     end
-    local r = app.runtime or {}
-    if type(r.command) ~= "table" or #r.command == 0 then
-        return nil, "runtime.command is not set"
-    end
-    local img = image_path(app)
-    if img and not fs.is_dir(img) then
-        return nil, "image directory not found: " .. img
+    local ok, why = runtime.check_command_and_image(app)
+    if not ok then
+        return nil, why
     end
     return true
 end

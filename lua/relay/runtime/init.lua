@@ -75,6 +75,31 @@ function _M.app_dir(app)
 end
 
 
+--- The rootfs directory of an app's `image:` (runc/bwrap), or nil for `host`.
+function _M.image_path(app)
+    local image = (app.runtime or {}).image or "host"
+    if image == "host" then
+        return nil
+    end
+    return image:sub(1, 1) == "/" and image or (_M.app_dir(app) .. "/" .. image)
+end
+
+
+--- Checks shared by the rootfs drivers: a command to run and, unless
+-- `image: host`, an existing rootfs directory. true | nil, why.
+function _M.check_command_and_image(app)
+    local r = app.runtime or {}
+    if type(r.command) ~= "table" or #r.command == 0 then
+        return nil, "runtime.command is not set"
+    end
+    local img = _M.image_path(app)
+    if img and not fs.is_dir(img) then
+        return nil, "image directory not found: " .. img
+    end
+    return true
+end
+
+
 --- The catatonit binary when the app wants an init and one is installed.
 function _M.init_binary(app)
     local r = app.runtime or {}

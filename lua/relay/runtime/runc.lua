@@ -47,16 +47,7 @@ function _M.new(rt)
 end
 
 
-local function image_path(app)
-    local image = (app.runtime or {}).image or "host"
-    if image == "host" then
-        return nil
-    end
-    if image:sub(1, 1) == "/" then
-        return image
-    end
-    return runtime.app_dir(app) .. "/" .. image
-end
+local image_path = runtime.image_path
 
 
 function D:check(app)
@@ -66,13 +57,9 @@ function D:check(app)
     if fs.geteuid() ~= 0 then
         return nil, "the runc driver needs root (use bwrap)"
     end
-    local r = app.runtime or {}
-    if type(r.command) ~= "table" or #r.command == 0 then
-        return nil, "runtime.command is not set"
-    end
-    local img = image_path(app)
-    if img and not fs.is_dir(img) then
-        return nil, "image directory not found: " .. img
+    local ok, why = runtime.check_command_and_image(app)
+    if not ok then
+        return nil, why
     end
     if not runtime.cgroup_mode() then
         return nil, "no cgroup hierarchy mounted at " .. runtime.CGROUP_ROOT
