@@ -114,6 +114,27 @@ local function procs_matching(needle)
 end
 
 
+--- Waits up to 2 s for processes matching any needle to be gone: SIGKILLed
+-- processes may still be on their way out for a moment after the report
+-- (pid namespace teardown, bwrap's --die-with-parent). Returns those left.
+local function left_after_kill(needles)
+    local deadline = loop.monotonic() + 2
+    local left
+    repeat
+        left = {}
+        for _, needle in ipairs(needles) do
+            for _, pid in ipairs(procs_matching(needle)) do
+                left[#left + 1] = pid
+            end
+        end
+        if #left > 0 then
+            loop.sleep(0.05)
+        end
+    until #left == 0 or loop.monotonic() > deadline
+    return left
+end
+
+
 local function vm_hwm_kb()
     return tonumber((fs.read_file("/proc/self/status") or ""):match("VmHWM:%s*(%d+)"))
 end
@@ -193,22 +214,7 @@ maybe("runc driver", function()
         assert.are.equal(124, r.code, r.stderr)
         assert.truthy(r.stderr:find("timeout after 1s", 1, true))
         assert.is_true(took < 10)
-        -- SIGKILLed processes of the pid namespace may still be on their way
-        -- out for a moment after runc reported the init's exit (seen under load)
-        local deadline = loop.monotonic() + 2
-        local left
-        repeat
-            left = {}
-            for _, needle in ipairs({ "sleep 1001", "sleep 1002", "sleep 1003" }) do
-                for _, pid in ipairs(procs_matching(needle)) do
-                    left[#left + 1] = pid
-                end
-            end
-            if #left > 0 then
-                loop.sleep(0.05)
-            end
-        until #left == 0 or loop.monotonic() > deadline
-        assert.are.same({}, left)
+        assert.are.same({}, left_after_kill({ "sleep 1001", "sleep 1002", "sleep 1003" }))
     end)
 
     it("keeps Relay's memory bounded under an output flood", function()
@@ -294,7 +300,7 @@ maybe("runc driver", function()
 
         assert.are.equal(1, rt_a:sweep())
         assert.are.same({}, runc_ids(rt_a))
-        assert.are.same({}, procs_matching("sleep 1004"))
+        assert.are.same({}, left_after_kill({ "sleep 1004" }))
         assert.are.same({}, fs.list(STATE .. "/orph-a/bundles/probe"))
         -- the other consumer's container is untouched
         assert.is_true(#procs_matching("sleep 1005") >= 1)
@@ -327,9 +333,9 @@ maybe("runc driver", function()
         assert.is_true(#procs_matching("sleep 1006") >= 1)
         assert.is_true(fs.is_dir(dir))
         assert.is_true(rt_a:sweep() >= 1)
-        assert.are.same({}, procs_matching("sleep 1006"))
+        assert.are.same({}, left_after_kill({ "sleep 1006" }))
         assert.is_false(fs.exists(STATE .. "/orph-a/invoke-" .. pid))
-        assert.are.same({}, procs_matching("sleep 1005"))
+        assert.are.same({}, left_after_kill({ "sleep 1005" }))
         for _, rt in ipairs({ rt_a, rt_b }) do
             for _, parent in ipairs(rt:cgroup_parents()) do
                 assert.are.same({}, (function()
@@ -390,8 +396,6 @@ maybe_bwrap("bwrap driver", function()
     it("kills every process at the timeout", function()
         local r = run("hang")
         assert.are.equal(124, r.code, r.stderr)
-        for _, needle in ipairs({ "sleep 1001", "sleep 1002", "sleep 1003" }) do
-            assert.are.same({}, procs_matching(needle))
-        end
+        assert.are.same({}, left_after_kill({ "sleep 1001", "sleep 1002", "sleep 1003" }))
     end)
 end)

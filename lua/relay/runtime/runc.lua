@@ -41,7 +41,7 @@ function _M.new(rt)
         runc = fs.which("runc"),
         root = rt.base_dir .. "/runc",
         bundles = rt.base_dir .. "/bundles",
-        host_rootfs = rt.base_dir .. "/rootfs-host",
+        host_rootfs = (rt.shared_dir or rt.base_dir) .. "/rootfs-host",
         host_binds = nil,
     }, { __index = D })
 end
