@@ -113,7 +113,7 @@ scan_number_window(cursor p)
     if (n == 0 || (n > 1 && p[i] == '0'))
         return NULL;
     j = i + n;
-    if (j < 31 && p[j] == '.') {
+    if (j < 32 && p[j] == '.') {
         n = (unsigned)__builtin_ctzll(other >> (j + 1));
         if (n == 0)
             return NULL;

@@ -408,12 +408,63 @@ test_block_depth(void)
 }
 
 
+/* Numbers of every length around the scanner's 32-byte number window: a
+ * '.' or 'e' right at the window's last byte once ended the number early,
+ * rejecting valid JSON (found by the fuzzer). Every form must be valid at
+ * every level, and a '.' without digits invalid. */
+static void
+test_number_window_lengths(void)
+{
+    static const char *const exps[] = {"", "e5", "E-12", "e+3"};
+    char num[128], text[192], reason[256];
+    int neg, ilen, flen, e, n;
+
+    for (neg = 0; neg < 2; neg++) {
+        for (ilen = 1; ilen <= 40; ilen++) {
+            for (flen = 0; flen <= 40; flen++) {
+                for (e = 0; e < 4; e++) {
+                    n = 0;
+                    if (neg)
+                        num[n++] = '-';
+                    for (int i = 0; i < ilen; i++)
+                        num[n++] = (char)(i == 0 ? '1' + (ilen % 9) : '0' + (i * 7 + flen) % 10);
+                    if (flen > 0) {
+                        num[n++] = '.';
+                        for (int i = 0; i < flen; i++)
+                            num[n++] = (char)('0' + (i * 3 + ilen) % 10);
+                    }
+                    n += snprintf(num + n, sizeof(num) - (size_t)n, "%s", exps[e]);
+                    for (int shape = 0; shape < 2; shape++) {
+                        int len = snprintf(text, sizeof text, shape ? "{\"a\":[%.*s,1]}" : "{\"a\":%.*s}", n,
+                                           num);
+                        relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+                        if (relay_json_validate_object(text, (size_t)len, MAX, reason, sizeof reason) != 0) {
+                            fprintf(stderr, "rejected valid %s: %s\n", text, reason);
+                            CHECK(0);
+                        }
+                        CHECK(agree(text, (size_t)len));
+                    }
+                }
+            }
+            /* an integer part followed by a bare '.' is invalid at every length */
+            n = snprintf(text, sizeof text, "{\"a\":[%s%.*s.]}", neg ? "-" : "", ilen,
+                         "1234567890123456789012345678901234567890");
+            relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+            CHECK(relay_json_validate_object(text, (size_t)n, MAX, reason, sizeof reason) != 0);
+            CHECK(agree(text, (size_t)n));
+        }
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+}
+
+
 int
 main(void)
 {
     test_valid();
     test_invalid_json();
     test_numbers();
+    test_number_window_lengths();
     test_utf8();
     test_escapes_and_controls();
     test_limits();
