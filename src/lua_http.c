@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lua_bridge.h"
+#include "lua_common.h"
 #include "relay/http_server.h"
 #include "relay/log.h"
 
@@ -217,13 +218,6 @@ luaopen_relay_core_http(lua_State *L)
         {NULL, NULL},
     };
 
-    if (luaL_newmetatable(L, SERVER_MT)) {
-        luaL_register(L, NULL, methods);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
-    lua_newtable(L);
-    luaL_register(L, NULL, functions);
+    relay_lua_new_module(L, SERVER_MT, methods, functions);
     return 1;
 }

@@ -7,6 +7,8 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "lua_common.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,7 +221,7 @@ static int l_scan_file(lua_State *L);
 
 static const luaL_Reg methods[] = {
     {"add", l_add},     {"add_many", l_add_many}, {"compile", l_compile}, {"count", l_count},
-    {"match", l_match}, {"scan_file", l_scan_file}, {NULL, NULL},
+    {"match", l_match}, {"scan_file", l_scan_file}, {"__gc", l_gc}, {NULL, NULL},
 };
 
 static const luaL_Reg functions[] = {
@@ -529,14 +531,6 @@ l_scan_file(lua_State *L)
 int
 luaopen_relay_core_matcher(lua_State *L)
 {
-    luaL_newmetatable(L, MATCHER_MT);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    luaL_register(L, NULL, methods);
-    lua_pop(L, 1);
-    lua_newtable(L);
-    luaL_register(L, NULL, functions);
+    relay_lua_new_module(L, MATCHER_MT, methods, functions);
     return 1;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "lua_bridge.h"
+#include "lua_common.h"
 #include "relay/redis_client.h"
 
 #define ASYNC_CLASS "relay.redis.async"
@@ -469,17 +470,6 @@ lua_redis_sync_close(lua_State *L)
 }
 
 
-static void
-register_class(lua_State *L, const char *name, const luaL_Reg *methods)
-{
-    luaL_newmetatable(L, name);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, -2, "__index");
-    luaL_register(L, NULL, methods);
-    lua_pop(L, 1);
-}
-
-
 int
 luaopen_relay_core_redis(lua_State *L)
 {
@@ -504,10 +494,8 @@ luaopen_relay_core_redis(lua_State *L)
         {NULL, NULL},
     };
 
-    register_class(L, ASYNC_CLASS, async_methods);
-    register_class(L, SYNC_CLASS, sync_methods);
-    lua_newtable(L);
-    luaL_register(L, NULL, functions);
+    relay_lua_new_class(L, ASYNC_CLASS, async_methods);
+    relay_lua_new_module(L, SYNC_CLASS, sync_methods, functions);
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
     return 1;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "lua_bridge.h"
+#include "lua_common.h"
 #include "relay/udp.h"
 
 #define UDP_MT "relay.core.udp.socket"
@@ -115,13 +116,6 @@ luaopen_relay_core_udp(lua_State *L)
         {NULL, NULL},
     };
 
-    if (luaL_newmetatable(L, UDP_MT)) {
-        luaL_register(L, NULL, methods);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
-    lua_newtable(L);
-    luaL_register(L, NULL, functions);
+    relay_lua_new_module(L, UDP_MT, methods, functions);
     return 1;
 }

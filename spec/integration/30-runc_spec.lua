@@ -100,18 +100,7 @@ end
 
 
 --- Pids whose command line contains `needle`.
-local function procs_matching(needle)
-    local out = {}
-    for _, e in ipairs(fs.list("/proc") or {}) do
-        if e.name:match("^%d+$") then
-            local cmd = (fs.read_file("/proc/" .. e.name .. "/cmdline") or ""):gsub("%z", " ")
-            if cmd:find(needle, 1, true) then
-                out[#out + 1] = tonumber(e.name)
-            end
-        end
-    end
-    return out
-end
+local procs_matching = require("helpers.daemon").procs_matching
 
 
 --- Waits up to 2 s for processes matching any needle to be gone: SIGKILLed

@@ -1,0 +1,17 @@
+/*
+ * Helpers shared by the binding files (src/lua_*.c).
+ */
+#ifndef RELAY_LUA_COMMON_H
+#define RELAY_LUA_COMMON_H
+
+#include <lauxlib.h>
+#include <lua.h>
+
+/* Registers the class `class_name` once: its metatable holds methods (and
+ * metamethods such as __gc) and is its own __index. Leaves the stack as is. */
+void relay_lua_new_class(lua_State *L, const char *class_name, const luaL_Reg *methods);
+
+/* relay_lua_new_class, then pushes a new module table holding functions. */
+void relay_lua_new_module(lua_State *L, const char *class_name, const luaL_Reg *methods, const luaL_Reg *functions);
+
+#endif
