@@ -258,6 +258,9 @@ end
 
 
 function Worker:recover_read_error(err, kind, delay)
+    if self.stopping then
+        return delay  -- the read was cut short by the shutdown itself
+    end
     if kind == "reply" and tostring(err):find("NOGROUP", 1, true) then
         log.warn("consumer group is gone; recreating it at 0", { error = err })
         self.metrics.inc("relay_group_recreated_total")

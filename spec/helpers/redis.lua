@@ -42,8 +42,15 @@ function _M.start(extra)
         "--daemonize yes --pidfile %s --logfile %s/redis.log --dir %s %s",
         self.sock, self.pidfile, dir, dir, extra or "")
     assert(sh(cmd), "cannot start redis-server: " .. cmd)
-    assert(wait_for(self.sock, 5), "redis-server did not create " .. self.sock)
-    assert(wait_for(self.pidfile, 5), "redis-server did not write its pid file")
+    if not (wait_for(self.sock, 5) and wait_for(self.pidfile, 5)) then
+        local f = io.open(dir .. "/redis.log", "r")
+        local log_text = f and f:read("*a") or ""
+        if f then
+            f:close()
+        end
+        self:stop()  -- never leave a daemonized server behind
+        error("redis-server did not start on " .. self.sock .. ":\n" .. log_text, 2)
+    end
     self.url = "unix://" .. self.sock
     self.cfg = self:config()
     return self
