@@ -155,6 +155,10 @@ lua_loop_on_signal(lua_State *L)
     luaL_argcheck(L, signum > 0 && signum < MAX_SIGNAL, 1, "bad signal number");
     w = &signals.watchers[signum];
     if (ev_is_active(w)) {
+        /* It was unref'd when started: libev wants the ref back before the
+         * stop, or the loop's count of active watchers goes one too low and
+         * ev_run may return while a task still waits on a child process. */
+        ev_ref(relay_bridge_loop());
         ev_signal_stop(relay_bridge_loop(), w);
         luaL_unref(L, LUA_REGISTRYINDEX, signals.handler_refs[signum]);
     }

@@ -108,6 +108,10 @@ function _M.execute(args)
 
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir,
         consumer = cfg.consumer, private = true })
+    -- runc: pay the kernel's cgroup-attach grace period in a helper while
+    -- the bundle is written and runc starts (runc.lua, D.prewarm)
+    local drv = rt:driver_for(app)
+    local warm = drv and drv.prewarm and drv:prewarm()
     local handle, interrupted
     -- Ctrl-C or a TERM: stop the container (TERM, grace, KILL) before leaving,
     -- so nothing outlives this command
@@ -133,6 +137,9 @@ function _M.execute(args)
             end
         end,
     })
+    if warm then
+        warm:wait()
+    end
     on_signals(nil)
     rt:close()
     io.stdout:flush()
