@@ -113,3 +113,28 @@ describe("the coroutine bridge", function()
         assert.are.equal("timeout", err)
     end)
 end)
+
+describe("signal handlers", function()
+    it("can be removed without leaving the loop unable to wait on a child", function()
+        -- A removed signal watcher once dropped the loop's count of active
+        -- watchers one too low, so a task waiting only on a child process
+        -- was judged stuck ("waiting on something that can never complete").
+        local cli = require("helpers.cli")
+        local path = os.tmpname()
+        local f = assert(io.open(path, "w"))
+        f:write([[
+local loop = require("relay.core.loop")
+local proc = require("relay.core.proc")
+loop.on_signal(15, function() end)
+loop.on_signal(15, nil)
+local h = assert(proc.spawn({ argv = { "/bin/sleep", "0.2" } }))
+local report = assert(h:wait())
+print("child exited " .. tostring(report.status))
+]])
+        f:close()
+        local r = cli.run({ "x-lua", path })
+        os.remove(path)
+        assert.are.equal(0, r.code, r.stderr)
+        assert.are.equal("child exited 0\n", r.stdout)
+    end)
+end)
