@@ -23,3 +23,13 @@ relay_lua_new_module(lua_State *L, const char *class_name, const luaL_Reg *metho
     lua_newtable(L);
     luaL_register(L, NULL, functions);
 }
+
+
+int
+relay_lua_traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+
+    luaL_traceback(L, L, msg != NULL ? msg : "(error object is not a string)", 1);
+    return 1;
+}

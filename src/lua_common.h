@@ -14,4 +14,8 @@ void relay_lua_new_class(lua_State *L, const char *class_name, const luaL_Reg *m
 /* relay_lua_new_class, then pushes a new module table holding functions. */
 void relay_lua_new_module(lua_State *L, const char *class_name, const luaL_Reg *methods, const luaL_Reg *functions);
 
+/* A lua_pcall message handler: the error message plus a traceback, for
+ * every call into Lua from C (callbacks run on the main state). */
+int relay_lua_traceback(lua_State *L);
+
 #endif

@@ -23,16 +23,6 @@ typedef struct {
 } lserver;
 
 
-static int
-traceback(lua_State *L)
-{
-    const char *msg = lua_tostring(L, 1);
-
-    luaL_traceback(L, L, msg != NULL ? msg : "(error object is not a string)", 1);
-    return 1;
-}
-
-
 static void
 call_handler(void *ud, const char *method, const char *path, relay_http_response *resp)
 {
@@ -48,7 +38,7 @@ call_handler(void *ud, const char *method, const char *path, relay_http_response
     }
     ls->top = lua_gettop(L);
     ls->in_handler = 1;
-    lua_pushcfunction(L, traceback);
+    lua_pushcfunction(L, relay_lua_traceback);
     lua_rawgeti(L, LUA_REGISTRYINDEX, ls->handler_ref);
     lua_pushstring(L, method);
     lua_pushstring(L, path);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lua_bridge.h"
+#include "lua_common.h"
 #include "relay/log.h"
 #include "relay/proc.h"
 
@@ -132,16 +133,6 @@ opt_number(lua_State *L, int opts, const char *name, double def)
 }
 
 
-static int
-traceback(lua_State *L)
-{
-    const char *msg = lua_tostring(L, 1);
-
-    luaL_traceback(L, L, msg != NULL ? msg : "(error object is not a string)", 1);
-    return 1;
-}
-
-
 static void
 on_line(void *ud, int stream, const char *bytes, size_t len, int partial)
 {
@@ -153,7 +144,7 @@ on_line(void *ud, int stream, const char *bytes, size_t len, int partial)
         return;
     }
     top = lua_gettop(L);
-    lua_pushcfunction(L, traceback);
+    lua_pushcfunction(L, relay_lua_traceback);
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->on_line_ref);
     lua_pushstring(L, stream == RELAY_PROC_STDOUT ? "stdout" : "stderr");
     lua_pushlstring(L, bytes, len);

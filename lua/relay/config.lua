@@ -287,4 +287,14 @@ function _M.load(env, flags)
 end
 
 
+--- load(), for a CLI command: a bad value exits 2 naming it.
+function _M.load_or_exit(flags)
+    local cfg, err = _M.load(nil, flags)
+    if not cfg then
+        require("relay.exit").env(err)
+    end
+    return cfg
+end
+
+
 return _M

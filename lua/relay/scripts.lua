@@ -91,6 +91,20 @@ local function pairs_from(first)
     return t
 end
 
+-- The fence of every outcome write: the invocation is still running this
+-- attempt under this token, and the message state is not retained.
+local function holds_claim(inv, field, attempt, token)
+    if redis.call('HEXISTS', inv, '~retained') == 1 then
+        return false
+    end
+    local marker = redis.call('HGET', inv, field)
+    if not marker then
+        return false
+    end
+    local p = parse_marker(marker)
+    return p[1] == 'running' and p[2] == attempt and p[3] == token
+end
+
 local function instance_alive(prefix, token)
     local instance = string.match(token, '^(.*)%.[^.]*$')
     return instance ~= nil and redis.call('EXISTS', prefix .. instance) == 1
@@ -159,15 +173,7 @@ return {'start', attempt, marker or ''}
 -- Returns "succeeded" or "stale" (the attempt no longer holds the token).
 _M.succeed = PRELUDE .. [==[
 local inv, field, token, attempt = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-if redis.call('HEXISTS', inv, '~retained') == 1 then
-    return 'stale'
-end
-local marker = redis.call('HGET', inv, field)
-if not marker then
-    return 'stale'
-end
-local p = parse_marker(marker)
-if p[1] ~= 'running' or p[2] ~= attempt or p[3] ~= token then
+if not holds_claim(inv, field, attempt, token) then
     return 'stale'
 end
 redis.call('HSET', inv, field, 'succeeded:' .. attempt .. ':' .. token)
@@ -182,15 +188,7 @@ _M.fail = PRELUDE .. [==[
 local inv, dlq = KEYS[1], KEYS[2]
 local field, token, attempt, max_attempts = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local ladder, reason = ARGV[5], ARGV[6]
-if redis.call('HEXISTS', inv, '~retained') == 1 then
-    return {'stale'}
-end
-local marker = redis.call('HGET', inv, field)
-if not marker then
-    return {'stale'}
-end
-local p = parse_marker(marker)
-if p[1] ~= 'running' or p[2] ~= attempt or p[3] ~= token then
+if not holds_claim(inv, field, attempt, token) then
     return {'stale'}
 end
 local now = now_ms()
@@ -211,12 +209,7 @@ return {'waiting', wait}
 -- attempt, previous marker ("" = none). Returns "released" or "stale".
 _M.release = PRELUDE .. [==[
 local inv, field, token, attempt, previous = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local marker = redis.call('HGET', inv, field)
-if not marker or redis.call('HEXISTS', inv, '~retained') == 1 then
-    return 'stale'
-end
-local p = parse_marker(marker)
-if p[1] ~= 'running' or p[2] ~= attempt or p[3] ~= token then
+if not holds_claim(inv, field, attempt, token) then
     return 'stale'
 end
 if previous == '' then

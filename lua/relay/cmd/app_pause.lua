@@ -16,10 +16,7 @@ function _M.set_paused(args, paused)
     if not tostring(args.app):find(APP_NAME) then
         exit.usage("invalid app name " .. tostring(args.app) .. " (app names match [a-z0-9][a-z0-9_-]*)")
     end
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     local client = redis.connect_cli(cfg)
     local key = keys.for_stream(cfg.stream).paused
     local changed, cerr = client:call(paused and "SADD" or "SREM", key, args.app)

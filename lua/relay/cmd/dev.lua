@@ -58,10 +58,7 @@ function _M.execute(args)
         redis_handle, dir, url = start_private_redis()
         args.redis_url = url
     end
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     local ok, result = pcall(require("relay.worker").run, cfg, {
         on_ready = function()
             if redis_handle then

@@ -45,10 +45,7 @@ end
 
 
 local function open(args)
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     return redis.connect_cli(cfg), keys.for_stream(cfg.stream).dlq
 end
 

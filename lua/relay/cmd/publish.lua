@@ -21,10 +21,7 @@ end
 
 
 function _M.execute(args)
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     local text = read_event(args.json)
     local ok, reason = require("relay.core.matcher").validate_object(text, cfg.max_event_bytes)
     if not ok then

@@ -1,6 +1,5 @@
 --- relay run: the daemon.
 local config = require("relay.config")
-local exit = require("relay.exit")
 
 local _M = {}
 
@@ -11,10 +10,7 @@ end
 
 
 function _M.execute(args)
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     return require("relay.worker").run(cfg)
 end
 

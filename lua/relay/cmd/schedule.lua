@@ -29,10 +29,7 @@ end
 
 
 function _M.execute(args)
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     local list, lerr = apps.load_all(cfg.apps)
     if not list then
         exit.env(lerr)

@@ -105,10 +105,7 @@ end
 
 
 function _M.execute(args)
-    local cfg, err = config.load(nil, args)
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     local client = redis.connect_cli(cfg)
     local status = collect(client, cfg)
     client:close()
