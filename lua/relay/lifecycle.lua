@@ -53,8 +53,14 @@ end
 function Lifecycle:dlq_context(msg, app, handler, extra)
     local pairs_list = {
         "original_stream", self.stream, "original_id", msg.id, "group", self.group,
-        "consumer", self.consumer, "event", msg.event or "", "app", app or "-", "handler", handler or "-",
+        "consumer", self.consumer, "app", app or "-", "handler", handler or "-",
     }
+    if msg.stdin then
+        -- A schedule's payload is not in the stream; the scripts read
+        -- every other event from the stream entry itself.
+        pairs_list[#pairs_list + 1] = "event"
+        pairs_list[#pairs_list + 1] = msg.stdin
+    end
     for k, v in pairs(msg.lineage or {}) do
         pairs_list[#pairs_list + 1] = k
         pairs_list[#pairs_list + 1] = v
@@ -81,7 +87,7 @@ function Lifecycle:try_start(msg, inv, token)
     local lease_ms = inv.timeout_ms + self.c.lease_margin_ms + self.c.kill_grace_ms
     local args = append({ inv.label, token, lease_ms, inv.max_attempts, self.instance_prefix, self.backoff_csv },
         self:dlq_context(msg, inv.app, inv.handler))
-    return self:eval(scripts.try_start, { self.keys.inv(msg.id), self.keys.dlq }, args)
+    return self:eval(scripts.try_start, { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
 end
 
 
@@ -94,7 +100,7 @@ end
 function Lifecycle:fail(msg, inv, token, attempt, reason, output)
     local args = append({ inv.label, token, attempt, inv.max_attempts, self.backoff_csv, reason },
         self:dlq_context(msg, inv.app, inv.handler, output and output ~= "" and { output = output } or nil))
-    return self:eval(scripts.fail, { self.keys.inv(msg.id), self.keys.dlq }, args)
+    return self:eval(scripts.fail, { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
 end
 
 
@@ -106,7 +112,7 @@ end
 function Lifecycle:exhaust(msg, label, reason)
     local app, handler = label:match("^(.-)/(.*)$")
     local args = append({ label, reason, self.instance_prefix }, self:dlq_context(msg, app, handler))
-    return self:eval(scripts.exhaust, { self.keys.inv(msg.id), self.keys.dlq }, args)
+    return self:eval(scripts.exhaust, { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
 end
 
 

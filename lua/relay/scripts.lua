@@ -64,8 +64,23 @@ local function retain(inv, retention_ms)
     redis.call('PEXPIRE', inv, retention_ms)
 end
 
+-- The `event` field of a stream entry ('' when the entry or field is gone).
+local function stream_event(stream, id)
+    local entry = redis.call('XRANGE', stream, id, id)[1]
+    if entry then
+        for i = 1, #entry[2], 2 do
+            if entry[2][i] == 'event' then
+                return entry[2][i + 1]
+            end
+        end
+    end
+    return ''
+end
+
 -- Writes one DLQ entry. ctx fields come from ARGV pairs; the script adds
--- reason, handler_attempts, deliveries and timestamp.
+-- reason, handler_attempts, deliveries and timestamp. The event is read
+-- from the stream here unless ctx carries one (a schedule's payload), so
+-- callers never ship event bytes on the hot path just in case.
 local function write_dlq(dlq, ctx, reason, attempts, now)
     local fields = {}
     for k, v in pairs(ctx) do
@@ -77,7 +92,8 @@ local function write_dlq(dlq, ctx, reason, attempts, now)
     end
     return redis.call('XADD', dlq, '*',
         'original_stream', ctx.original_stream, 'original_id', ctx.original_id,
-        'group', ctx.group, 'consumer', ctx.consumer, 'event', ctx.event,
+        'group', ctx.group, 'consumer', ctx.consumer,
+        'event', ctx.event or stream_event(ctx.original_stream, ctx.original_id),
         'reason', reason, 'app', ctx.app, 'handler', ctx.handler,
         'deliveries', tostring(deliveries(ctx.original_stream, ctx.group, ctx.original_id)),
         'handler_attempts', tostring(attempts), 'timestamp', rfc3339(now), unpack(fields))
@@ -120,7 +136,7 @@ end
 ]==]
 
 
---- TryStart. KEYS: inv, dlq. ARGV: field, token, lease_ms, max_attempts,
+--- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event). ARGV: field, token, lease_ms, max_attempts,
 -- instance_prefix, backoff_csv, then DLQ context pairs.
 -- Returns {"start", attempt, previous_marker} | {"skip", why, wait_ms[, lost attempt]} |
 -- {"exhausted", attempt} (a lost last attempt, dead-lettered now).
@@ -181,7 +197,7 @@ return 'succeeded'
 ]==]
 
 
---- Failure. KEYS: inv, dlq. ARGV: field, token, attempt, max_attempts,
+--- Failure. KEYS: inv, dlq, stream. ARGV: field, token, attempt, max_attempts,
 -- backoff_csv, reason, then DLQ context pairs.
 -- Returns {"waiting", wait_ms} | {"exhausted", dlq_id} | {"stale"}.
 _M.fail = PRELUDE .. [==[
@@ -222,7 +238,7 @@ return 'released'
 
 
 --- Dead-letters a recorded invocation at once (its handler was removed).
--- KEYS: inv, dlq. ARGV: field, reason, instance_prefix, then DLQ pairs.
+-- KEYS: inv, dlq, stream. ARGV: field, reason, instance_prefix, then DLQ pairs.
 -- Returns "exhausted", "terminal" or "running".
 _M.exhaust = PRELUDE .. [==[
 local inv, dlq = KEYS[1], KEYS[2]
