@@ -250,6 +250,55 @@ check_proc(lua_State *L, int idx)
 }
 
 
+/* uid/gid (both or neither), nofile, no_core: the child's identity and
+ * limits, applied after it joined its cgroups. */
+static void
+fill_identity(lua_State *L, relay_proc_opts *o)
+{
+    lua_getfield(L, 1, "uid");
+    lua_getfield(L, 1, "gid");
+    if (!lua_isnil(L, -2) || !lua_isnil(L, -1)) {
+        o->set_ids = 1;
+        o->uid = (long) luaL_checkinteger(L, -2);
+        o->gid = (long) luaL_checkinteger(L, -1);
+        luaL_argcheck(L, o->uid >= 0 && o->gid >= 0, 1, "uid and gid must be set together, >= 0");
+    }
+    lua_pop(L, 2);
+    o->nofile = (long) opt_number(L, 1, "nofile", 0);
+    lua_getfield(L, 1, "no_core");
+    o->no_core = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+}
+
+
+/* pass_fds = {fd, ...}: become the child's fds 3, 4, ... (at most 16). */
+static int *
+opt_fds(lua_State *L, size_t *n)
+{
+    int *fds;
+    size_t i, len;
+
+    *n = 0;
+    lua_getfield(L, 1, "pass_fds");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    luaL_argcheck(L, lua_istable(L, -1), 1, "pass_fds must be a list of descriptors");
+    len = lua_objlen(L, -1);
+    luaL_argcheck(L, len <= 16, 1, "at most 16 pass_fds");
+    fds = calloc(len + 1, sizeof *fds);
+    for (i = 0; fds != NULL && i < len; i++) {
+        lua_rawgeti(L, -1, (int) i + 1);
+        fds[i] = (int) lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    *n = fds != NULL ? len : 0;
+    return fds;
+}
+
+
 static void
 fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
 {
@@ -274,6 +323,7 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
     lua_getfield(L, 1, "keep_group");
     o->keep_group = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    fill_identity(L, o);
     o->on_line = on_line;
     o->on_done = on_done;
     o->on_hook = on_hook;
@@ -286,7 +336,9 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
  * Starts a child in its own process group.
  * opts: argv (list, required), env ({K=V}, nil = inherit), cwd, stdin (string),
  * timeout, grace, drain, kill_delay (seconds), line_max, keep_group,
- * cgroup_procs (list of cgroup.procs files to join before exec),
+ * cgroup_procs (list of cgroup.procs files to join before exec), then
+ * pass_fds (list: they become fds 3, 4, ...), nofile, no_core (rlimits),
+ * uid and gid (setgroups({}), setgid, setuid before exec),
  * on_line = function(stream, line, partial), term_argv, kill_argv (driver
  * hooks run at the TERM and KILL steps of the deadline).
  * @return handle, or nil, err when the host could not fork
@@ -295,6 +347,7 @@ static int
 lua_proc_spawn(lua_State *L)
 {
     char **argv, **envp, **cgroups;
+    int *fds;
     relay_proc_opts o;
     char err[256];
     lproc *h;
@@ -318,6 +371,8 @@ lua_proc_spawn(lua_State *L)
     argv = opt_strv(L, 1, "argv", 1);
     envp = opt_env(L, 1);
     cgroups = opt_strv(L, 1, "cgroup_procs", 0);
+    fds = opt_fds(L, &o.n_pass_fds);
+    o.pass_fds = fds;
     o.argv = (const char *const *)argv;
     o.envp = (const char *const *)envp;
     o.cgroup_procs = (const char *const *)cgroups;
@@ -325,6 +380,7 @@ lua_proc_spawn(lua_State *L)
     strv_free(argv);
     strv_free(envp);
     strv_free(cgroups);
+    free(fds);
     if (h->p == NULL) {
         lua_pushnil(L);
         lua_pushstring(L, err);

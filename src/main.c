@@ -23,6 +23,8 @@ int luaopen_relay_core_yaml(lua_State *L);
 int luaopen_relay_core_proc(lua_State *L);
 int luaopen_relay_core_http(lua_State *L);
 int luaopen_relay_core_udp(lua_State *L);
+int luaopen_relay_core_seccomp(lua_State *L);
+int luaopen_relay_core_safefs(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.loop", luaopen_relay_core_loop},
@@ -34,6 +36,8 @@ static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.proc", luaopen_relay_core_proc},
     {"relay.core.http", luaopen_relay_core_http},
     {"relay.core.udp", luaopen_relay_core_udp},
+    {"relay.core.seccomp", luaopen_relay_core_seccomp},
+    {"relay.core.safefs", luaopen_relay_core_safefs},
     {NULL, NULL},
 };
 

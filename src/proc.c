@@ -14,10 +14,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -32,6 +34,9 @@ enum {
     STAGE_CGROUP = 1,
     STAGE_STDIO,
     STAGE_CHDIR,
+    STAGE_FDS,
+    STAGE_LIMITS,
+    STAGE_IDS,
     STAGE_EXEC
 };
 
@@ -264,6 +269,65 @@ child_cloexec_all(void)
 }
 
 
+/* Moves the passed descriptors to 3, 4, ...: first all of them (and the
+ * error pipe) above the targets, so no dup2 overwrites one still needed.
+ * Returns the error pipe's new number. */
+static int
+child_pass_fds(const relay_proc_opts *o, int errfd)
+{
+    int high = 3 + (int) o->n_pass_fds + 16;
+    int moved[16];
+    size_t i;
+
+    if (o->n_pass_fds == 0) {
+        return errfd;
+    }
+    if (o->n_pass_fds > 16) {
+        errno = EMFILE;
+        child_fail(errfd, STAGE_FDS, 0);
+    }
+    errfd = fcntl(errfd, F_DUPFD_CLOEXEC, high);
+    for (i = 0; i < o->n_pass_fds; i++) {
+        moved[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, high);
+        if (moved[i] < 0) {
+            child_fail(errfd, STAGE_FDS, (int) i);
+        }
+    }
+    for (i = 0; i < o->n_pass_fds; i++) {
+        /* dup2 clears close-on-exec on the new descriptor */
+        if (dup2(moved[i], 3 + (int) i) < 0) {
+            child_fail(errfd, STAGE_FDS, (int) i);
+        }
+    }
+    return errfd;
+}
+
+
+static void
+child_limits_and_ids(const relay_proc_opts *o, int errfd)
+{
+    struct rlimit rl;
+
+    if (o->nofile > 0) {
+        rl.rlim_cur = rl.rlim_max = (rlim_t) o->nofile;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            child_fail(errfd, STAGE_LIMITS, 0);
+        }
+    }
+    if (o->no_core) {
+        rl.rlim_cur = rl.rlim_max = 0;
+        if (setrlimit(RLIMIT_CORE, &rl) != 0) {
+            child_fail(errfd, STAGE_LIMITS, 1);
+        }
+    }
+    if (o->set_ids) {
+        if (setgroups(0, NULL) != 0 || setgid((gid_t) o->gid) != 0 || setuid((uid_t) o->uid) != 0) {
+            child_fail(errfd, STAGE_IDS, 0);
+        }
+    }
+}
+
+
 static void
 child_exec(const relay_proc_opts *o, const char *path, int in_rd, int out_wr, int err_wr, int errfd)
 {
@@ -287,6 +351,8 @@ child_exec(const relay_proc_opts *o, const char *path, int in_rd, int out_wr, in
         child_fail(errfd, STAGE_STDIO, 0);
     }
     child_cloexec_all();
+    errfd = child_pass_fds(o, errfd);
+    child_limits_and_ids(o, errfd);
     if (o->cwd != NULL && chdir(o->cwd) != 0) {
         child_fail(errfd, STAGE_CHDIR, 0);
     }
@@ -308,6 +374,17 @@ describe_start_error(relay_proc *p, const relay_proc_opts *o, const struct child
         break;
     case STAGE_CHDIR:
         snprintf(p->rep.start_error, sizeof p->rep.start_error, "chdir %s: %s", o->cwd, what);
+        break;
+    case STAGE_FDS:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "pass descriptor %d: %s", ce->index, what);
+        break;
+    case STAGE_LIMITS:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "set %s limit: %s",
+                 ce->index == 0 ? "RLIMIT_NOFILE" : "RLIMIT_CORE", what);
+        break;
+    case STAGE_IDS:
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "switch to uid %ld gid %ld: %s", o->uid,
+                 o->gid, what);
         break;
     case STAGE_STDIO:
         snprintf(p->rep.start_error, sizeof p->rep.start_error, "set up stdio: %s", what);
