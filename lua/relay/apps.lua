@@ -30,6 +30,7 @@ local pattern = require("relay.pattern")
 local duration = require("relay.duration")
 local cron = require("relay.cron")
 local fs = require("relay.fs")
+local safefs = require("relay.core.safefs")
 local textutil = require("relay.text")
 local constants = require("relay.constants")
 
@@ -51,10 +52,13 @@ _M.MIN_MEMORY = 1024 * 1024
 _M.DEFAULT_PIDS = 64
 _M.MAX_PIDS = 4194304
 _M.MAX_CONCURRENCY = 65535
+_M.MAX_NOFILE = 1048576
+local IMAGE_NAME = "^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$"
 _M.DRIVERS = { "auto", "runc", "bwrap", "docker", "podman" }
 
 local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
-local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init" }
+local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init",
+    "nofile", "seccomp" }
 local EVENT_KEYS = { "handler", "pattern", "timeout", "retries" }
 local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "payload", "timeout", "retries" }
 
@@ -225,6 +229,43 @@ local function validate_env(ctx, node)
 end
 
 
+--- An image is a directory inside the app (or RELAY_IMAGES), named
+-- relatively: an absolute path or a `..` would let a template make Relay
+-- (root) prepare any host directory as a rootfs.
+local function validate_image(ctx, node, image)
+    if image == "host" then
+        return
+    end
+    local bad = not image:find(IMAGE_NAME) or image:find("//", 1, true)
+    for part in image:gmatch("[^/]+") do
+        bad = bad or part == ".."
+    end
+    if bad then
+        fail(ctx, node, "runtime.image must be host or a directory inside the app (or in RELAY_IMAGES) " ..
+            "named relatively, like rootfs or images/alpine; not %s (no absolute path, no ..)",
+            yaml.json_string(image))
+    end
+end
+
+
+--- `seccomp: default`, or `seccomp: {unconfined: "<why>"}`: turning the
+-- filter off needs a reason, which `relay app ls` shows.
+local function validate_seccomp(ctx, node)
+    if node.kind == "scalar" and node.value == "default" then
+        return "default"
+    end
+    if node.kind == "map" and #node.keys == 1 and node.keys[1].text == "unconfined" then
+        local reason = node.values[1]
+        if reason.kind == "scalar" and type(reason.value) == "string" and reason.value:find("%S") then
+            return { unconfined = reason.value }
+        end
+        fail(ctx, reason, "runtime.seccomp.unconfined must be the reason the app needs it, e.g. " ..
+            "\"uses io_uring\", not %s", yaml.describe(reason))
+    end
+    fail(ctx, node, "runtime.seccomp must be default or {unconfined: \"<reason>\"}, not %s", yaml.describe(node))
+end
+
+
 local RUNTIME_CHECKS = {
     driver = function(ctx, node, rt)
         local v = expect_string(ctx, node, "runtime.driver")
@@ -236,6 +277,13 @@ local RUNTIME_CHECKS = {
     end,
     image = function(ctx, node, rt)
         rt.image = expect_string(ctx, node, "runtime.image")
+        validate_image(ctx, node, rt.image)
+    end,
+    nofile = function(ctx, node, rt)
+        rt.nofile = expect_int(ctx, node, "runtime.nofile", 16, _M.MAX_NOFILE)
+    end,
+    seccomp = function(ctx, node, rt)
+        rt.seccomp = validate_seccomp(ctx, node)
     end,
     command = function(ctx, node, rt)
         rt.command = validate_command(ctx, node)
@@ -544,6 +592,35 @@ local function read_file(path)
 end
 
 
+--- Why a template must not be read, or nil. Relay (often root) reads it
+-- and quotes bad lines in errors, so a template.yaml that is a symlink out
+-- of the apps directory (to /etc/shadow, say) or, under a root daemon, a
+-- file root does not own would leak a file's content. The reason quotes
+-- nothing from the file.
+local function untrusted_template(apps_dir, path)
+    local st = safefs.lstat(path)
+    if not st then
+        return nil -- missing: reported by the read
+    end
+    if st.type == "link" then
+        local real, base = fs.realpath(path), fs.realpath(apps_dir)
+        if not real or not base or real:sub(1, #base + 1) ~= base .. "/" then
+            return "template.yaml is a symlink leaving the apps directory " .. apps_dir
+        end
+        st = safefs.lstat(real)
+    end
+    if not st or st.type ~= "file" then
+        return "template.yaml is not a regular file"
+    end
+    local euid = fs.geteuid()
+    if euid == 0 and st.uid ~= 0 then
+        return string.format("template.yaml is owned by uid %d; Relay runs as root and only reads templates " ..
+            "owned by root (chown root it, or run Relay as the apps' owner)", st.uid)
+    end
+    return nil
+end
+
+
 --- Load one app directory `<apps_dir>/<name>`; never raises on a bad template.
 local function load_dir_entry(apps_dir, name)
     local app_dir = join(apps_dir, name)
@@ -552,6 +629,10 @@ local function load_dir_entry(apps_dir, name)
     if not name:find(APP_NAME) then
         return invalid(app, string.format("%s: invalid app name %s: app names match [a-z0-9][a-z0-9_-]*",
             app_dir, yaml.json_string(name)))
+    end
+    local refused = untrusted_template(apps_dir, path)
+    if refused then
+        return invalid(app, string.format("%s: refused: %s", path, refused))
     end
     local text, err = read_file(path)
     if not text then

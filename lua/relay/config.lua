@@ -174,6 +174,14 @@ local function parse_path(value)
 end
 
 
+local function parse_absolute_path(value)
+    if value:sub(1, 1) ~= "/" then
+        return nil, "must be an absolute path"
+    end
+    return value
+end
+
+
 local function parse_listen_addr(value)
     local host, port = value:match("^%[?([^%]]*)%]?:(%d+)$")
     port = tonumber(port)
@@ -222,6 +230,7 @@ setting("RELAY_METRICS_ADDR", "metrics-addr", "metrics_addr", nil, parse_listen_
 setting("RELAY_HOOKS", "hooks", "hooks", nil, parse_path)
 setting("RELAY_RETENTION", "retention", "retention_ms", "24h", parse_retention)
 setting("RELAY_MAX_EVENT_BYTES", nil, "max_event_bytes", "1Mi", parse_event_bytes)
+setting("RELAY_IMAGES", nil, "images", nil, parse_absolute_path)
 
 
 local function flag_field(flag)

@@ -118,7 +118,7 @@ schedules:
         invalid(with("event:\n  - {}\n"), PATH .. ':3:1: unknown key "event" in template; did you mean events? '
             .. "(allowed: runtime, concurrency, events, schedules)")
         invalid("runtime:\n  comand: [x]\n", PATH .. ':2:3: unknown key "comand" in runtime; did you mean '
-            .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init)")
+            .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init, nofile, seccomp)")
         invalid(with("events:\n  - handler: h\n    pattern: {a: [1]}\n    timout: 5s\n"),
             PATH .. ':6:5: unknown key "timout" in events[1]; did you mean timeout? '
             .. "(allowed: handler, pattern, timeout, retries)")

@@ -99,8 +99,10 @@ describe("runtime", function()
         local l = runtime.limits({ runtime = {} })
         assert.are.equal(256 * 1024 * 1024, l.memory)
         assert.are.equal(64, l.pids)
-        assert.is_nil(l.cpus)
+        assert.are.equal(1, l.cpus)
+        assert.are.equal(1024, l.nofile)
         assert.are.equal("none", l.network)
+        assert.are.equal(4096, runtime.limits({ runtime = { nofile = 4096, cpus = 0.5 } }).nofile)
         assert.are.equal(512 * 1024, runtime.limits({ runtime = { memory = "512Ki" } }).memory)
     end)
 
@@ -179,7 +181,20 @@ describe("runc driver", function()
         for _, n in ipairs(c.linux.namespaces) do
             ns[n.type] = true
         end
-        assert.are.same({ pid = true, ipc = true, uts = true, mount = true, network = true }, ns)
+        assert.are.same({ pid = true, ipc = true, uts = true, mount = true, network = true, user = true,
+            cgroup = true }, ns)
+        -- the app's own host id block, never host root
+        local block = require("relay.runtime.ids").for_app(app())
+        assert.are.same({ { containerID = 0, hostID = block.uid, size = 65536 } }, c.linux.uidMappings)
+        assert.are.same({ { containerID = 0, hostID = block.gid, size = 65536 } }, c.linux.gidMappings)
+        assert.is_true(block.uid > 0 and block.gid > 0)
+        assert.are.equal("SCMP_ACT_ERRNO", c.linux.seccomp.defaultAction)
+        local rl = {}
+        for _, l in ipairs(p.rlimits) do
+            rl[l.type] = l
+        end
+        assert.are.same({ type = "RLIMIT_NOFILE", soft = 1024, hard = 1024 }, rl.RLIMIT_NOFILE)
+        assert.are.equal(0, rl.RLIMIT_CORE.hard)
         assert.are.equal("/relay/worker-1/relay-x-1", c.linux.cgroupsPath)
         local r = c.linux.resources
         assert.are.equal(64 * 1024 * 1024, r.memory.limit)
@@ -209,7 +224,17 @@ describe("runc driver", function()
         end
         assert.are.same({ "python3", "/app/main.py" }, c.process.args)
         assert.is_nil(c.memory)
-        assert.is_nil(c.linux.resources.cpu)
+        -- one CPU unless the template says otherwise
+        assert.are.same({ quota = 100000, period = 100000 }, c.linux.resources.cpu)
+    end)
+
+    it("runs without seccomp only when the template gives a reason", function()
+        local d = runc.new(ctx())
+        d.host_binds = {}
+        local c = d:config(app({ seccomp = { unconfined = "needs io_uring" }, nofile = 4096 }), INV, "id",
+            d.host_rootfs, nil)
+        assert.is_nil(c.linux.seccomp)
+        assert.are.equal(4096, c.process.rlimits[2].hard)
     end)
 
     it("writes a bundle per invocation and the runc command lines", function()
@@ -217,6 +242,13 @@ describe("runc driver", function()
         local d = runc.new(rt)
         local spec = assert(d:prepare(app(), INV))
         assert.truthy(fs.exists(spec.dir .. "/config.json"))
+        -- the config holds the environment: private to root
+        local safefs = require("relay.core.safefs")
+        assert.are.equal(384, safefs.lstat(spec.dir .. "/config.json").mode) -- 0600
+        assert.are.equal(448, safefs.lstat(spec.dir).mode) -- 0700
+        assert.are.equal(448, safefs.lstat(STATE .. "/worker-1/bundles").mode)
+        -- the rootfs's parents are searchable by the containers' host ids, not listable
+        assert.are.equal(457, safefs.lstat(STATE .. "/worker-1").mode) -- 0711
         assert.truthy(spec.dir:find(STATE .. "/worker-1/bundles/users/relay-worker-1-users-", 1, true))
         assert.is_true(has_seq(spec.argv, { "--root", STATE .. "/worker-1/runc" }))
         assert.is_true(has_seq(spec.argv, { "--log", spec.dir .. "/runc.log", "--log-format", "json",
@@ -250,14 +282,18 @@ describe("bwrap driver", function()
     it("builds the sandbox command", function()
         local d = bwrap.new(ctx())
         local argv = d:command(app(), INV)
-        for _, flag in ipairs({ "--unshare-all", "--die-with-parent", "--new-session", "--clearenv" }) do
+        for _, flag in ipairs({ "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+            "--new-session", "--clearenv" }) do
             assert.truthy(index_of(argv, flag), flag)
         end
         assert.is_nil(index_of(argv, "--share-net"))
         assert.is_true(has_seq(argv, { "--cap-drop", "ALL" }))
         assert.is_true(has_seq(argv, { "--uid", "65534", "--gid", "65534" }))
         assert.is_true(has_seq(argv, { "--ro-bind", "/usr", "/usr" }))
-        assert.is_true(has_seq(argv, { "--ro-bind", fs.realpath("/tmp"), "/app" }))
+        -- the app dir is a descriptor the daemon opened: bwrap may run unprivileged
+        assert.is_true(has_seq(argv, { "--ro-bind-fd", "4", "/app" }))
+        assert.is_true(has_seq(argv, { "--seccomp", "3" }))
+        assert.is_true(has_seq(argv, { "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys" }))
         assert.is_true(has_seq(argv, { "--tmpfs", "/tmp" }))
         assert.is_true(has_seq(argv, { "--remount-ro", "/", "--chdir", "/app" }))
         assert.is_true(has_seq(argv, { "--setenv", "RELAY_HANDLER", "users.created" }))
@@ -265,6 +301,26 @@ describe("bwrap driver", function()
         assert.is_true(has_seq(argv, { "--", "python3", "/app/main.py" }))
         assert.are.equal("/app/main.py", argv[#argv])
         assert.truthy(index_of(d:command(app({ network = "host" }), INV), "--share-net"))
+        assert.is_nil(index_of(d:command(app({ seccomp = { unconfined = "why" } }), INV), "--seccomp"))
+    end)
+
+    it("drops a root daemon's child to the app's host ids and passes descriptors", function()
+        local rt = ctx(true)
+        local d = bwrap.new(rt)
+        d.limit_ok = false
+        local spec = assert(d:prepare(app(), INV))
+        runtime.close_fds(spec.pass_fds)
+        assert.are.equal(2, #spec.pass_fds)
+        assert.are.equal(1024, spec.nofile)
+        assert.is_true(spec.no_core)
+        if fs.geteuid() == 0 then
+            local block = require("relay.runtime.ids").for_app(app())
+            assert.are.equal(block.uid + 65534, spec.uid)
+            assert.are.equal(block.gid + 65534, spec.gid)
+        else
+            assert.is_nil(spec.uid)
+        end
+        rt:close()
     end)
 
     it("classifies bwrap's own errors", function()
@@ -297,6 +353,15 @@ describe("docker and podman drivers", function()
         assert.is_true(has_seq(argv, { "--pids-limit", "32" }))
         assert.is_true(has_seq(argv, { "--user", "65534:65534" }))
         assert.is_true(has_seq(argv, { "-w", "/app" }))
+        assert.truthy(index_of(argv, "--pull=never"))
+        assert.is_true(has_seq(argv, { "--cgroupns", "private" }))
+        assert.is_true(has_seq(argv, { "--ulimit", "nofile=1024:1024" }))
+        assert.is_true(has_seq(argv, { "--cpus", "1" }))
+        assert.is_true(has_seq(argv, { "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m,mode=1777" }))
+        local sec = argv[index_of(argv, "--security-opt", index_of(argv, "no-new-privileges")) + 1]
+        assert.truthy(sec:find("^seccomp=/.*/seccomp%.json$"), sec)
+        local profile = require("cjson").decode(fs.read_file(sec:sub(#"seccomp=" + 1)))
+        assert.are.equal("SCMP_ACT_ERRNO", profile.defaultAction)
         assert.truthy(index_of(argv, "--init"))
         assert.is_true(has_seq(argv, { "-e", "RELAY_MESSAGE_ID=1700000000000-0" }))
         assert.is_true(has_seq(argv, { "example/users:1", "python3", "/app/main.py" }))
@@ -329,6 +394,8 @@ describe("docker and podman drivers", function()
     it("treats 125 as the engine's failure, 126/127 as the handler's", function()
         local d = docker.new(ctx())
         assert.is_true(d:finish({}, { status = 125 }).host_failure)
+        local out125 = d:finish({ engine_error = "Error: localhost/x:1: image not known" }, { status = 125 })
+        assert.truthy(out125.detail:find("image not known", 1, true), out125.detail)
         local out = d:finish({}, { status = 127 })
         assert.is_nil(out.host_failure)
         assert.are.equal(127, out.status)
@@ -383,6 +450,11 @@ describe("app invoke and app ls", function()
             { unpack(cols, 1, 6) })
         local bad = app_ls.format(app_ls.row(rt, {}, { name = "x", state = "invalid", error = "t.yaml:1:1: bad" }, {}))
         assert.are.equal("x\tinvalid\t-\t-\t-\t-\tt.yaml:1:1: bad", bad)
+        local loose = app({ seccomp = { unconfined = "needs io_uring" } })
+        local loose_row = app_ls.row(rt, {}, loose, {})
+        if loose_row.state == "ok" then
+            assert.truthy(loose_row.note:find("seccomp unconfined: needs io_uring", 1, true), loose_row.note)
+        end
         row = app_ls.row(rt, { max_concurrency = 4 }, a, { users = true })
         if fs.which("bwrap") then
             assert.are.equal("paused", row.state)

@@ -1,9 +1,13 @@
 -- Runtime overhead benchmark, run inside the host:
 --   relay x-lua tests/bench/runtime_bench.lua [RUNS]      (tests/bench/runtime_bench.sh wraps it)
--- Needs root and runc. Per round, interleaved so drift hits all three alike:
---   bare        `runc run` of one prepared bundle, started from /bin/sh
---   supervisor  the same bundle and command through relay.core.proc (pipes, line
---               splitting, the event on stdin)
+-- Needs root and runc. Per round, interleaved so drift hits every variant alike:
+--   bare        `runc run` of one prepared bundle (Relay's hardened config: user
+--               namespace, seccomp allowlist), started from /bin/sh
+--   denylist    the same with the compact seccomp denylist instead of the allowlist
+--   soft        the same without seccomp and without a user namespace: what the
+--               hardening itself costs
+--   supervisor  the hardened bundle and command through relay.core.proc (pipes,
+--               line splitting, the event on stdin)
 --   invoke      `relay app invoke` end to end (process start, app load, bundle
 --               write, run, cleanup)
 -- then invocations/second of the runtime module at concurrency 2.
@@ -42,17 +46,54 @@ local rt = runtime.new({ runtime = "runc", state_dir = ROOT .. "/state", consume
 local driver = assert(rt:driver_for(app))
 local inv = { handler = "noop", trigger = "invoke", message_id = "bench", attempt = 1, deadline_ms = 0 }
 local spec = assert(driver:prepare(app, inv))
+local json = require("relay.runtime.json")
+local seccomp = require("relay.core.seccomp")
+
+--- A sibling bundle whose config is Relay's, changed by edit(config).
+local function variant_bundle(name, edit)
+    local config = driver:config(app, inv, spec.id .. "-" .. name, driver.host_rootfs, runtime.init_binary(app))
+    edit(config)
+    local dir = spec.dir .. "-" .. name
+    assert(fs.mkdir_p(dir))
+    assert(fs.write_file(dir .. "/config.json", json.encode(config)))
+    return dir
+end
+
+local soft_dir = variant_bundle("soft", function(c)
+    c.linux.seccomp, c.linux.uidMappings, c.linux.gidMappings = nil, nil, nil
+    local kept = {}
+    for _, ns in ipairs(c.linux.namespaces) do
+        if ns.type ~= "user" then
+            kept[#kept + 1] = ns
+        end
+    end
+    c.linux.namespaces = kept
+end)
+local deny_dir = variant_bundle("deny", function(c)
+    c.linux.seccomp = seccomp.profile("denylist")
+end)
 local event_file = ROOT .. "/event.json"
 fs.write_file(event_file, EVENT)
 local relay = binary()
 
-local function bare(i)
+local function runc_run(dir, id)
     local t0 = loop.monotonic()
-    local id = spec.id .. "-bare" .. i
     local cmd = string.format("runc --root %s --log %s/runc.log --log-format json run --bundle %s %s <%s >/dev/null",
-        driver.root, spec.dir, spec.dir, id, event_file)
-    assert(os.execute(cmd) == 0)
+        driver.root, dir, dir, id, event_file)
+    assert(os.execute(cmd) == 0, "runc run failed: see " .. dir .. "/runc.log")
     return loop.monotonic() - t0
+end
+
+local function bare(i)
+    return runc_run(spec.dir, spec.id .. "-bare" .. i)
+end
+
+local function soft(i)
+    return runc_run(soft_dir, spec.id .. "-soft" .. i)
+end
+
+local function denylist(i)
+    return runc_run(deny_dir, spec.id .. "-deny" .. i)
 end
 
 local function supervised(i)
@@ -76,14 +117,18 @@ end
 
 -- warm-up: page cache, runc's binary, the host rootfs
 bare(0)
+soft(0)
+denylist(0)
 supervised(0)
 invoked()
 
-local b, s, v = {}, {}, {}
+local b, s, v, so, dl = {}, {}, {}, {}, {}
 local steps = {
     function(i) b[i] = bare(i) end,
     function(i) s[i] = supervised(i) end,
     function(i) v[i] = invoked() end,
+    function(i) so[i] = soft(i) end,
+    function(i) dl[i] = denylist(i) end,
 }
 -- Each run starts cold, as a one-shot container does: a pause longer than
 -- an RCU grace period before it. Otherwise whichever variant follows another
@@ -93,15 +138,19 @@ local steps = {
 local COLD_GAP_S = 0.05
 for i = 1, RUNS do
     -- rotate the order each round: no variant always follows the same one
-    for k = 0, 2 do
+    for k = 0, #steps - 1 do
         loop.sleep(COLD_GAP_S)
-        steps[(i + k) % 3 + 1](i)
+        steps[(i + k) % #steps + 1](i)
     end
 end
-local mb, ms, mv = median(b), median(s), median(v)
+local mb, ms, mv, mso, mdl = median(b), median(s), median(v), median(so), median(dl)
 print(string.format("runs per variant:          %d (interleaved, order rotated, each after a %d ms pause)",
     RUNS, COLD_GAP_S * 1000))
-print(string.format("bare runc run:             %6.1f ms median", mb * 1000))
+print(string.format("bare runc run (hardened):  %6.1f ms median  (user namespace, seccomp allowlist)", mb * 1000))
+print(string.format("bare runc run, denylist:   %6.1f ms median  ratio %.3f to the allowlist", mdl * 1000,
+    mdl / mb))
+print(string.format("bare runc run, soft:       %6.1f ms median  hardening costs %.3f x (%.1f ms)", mso * 1000,
+    mb / mso, (mb - mso) * 1000))
 print(string.format("supervisor (core.proc):    %6.1f ms median  ratio %.3f (target <= 1.15)", ms * 1000, ms / mb))
 print(string.format("relay app invoke:          %6.1f ms median  ratio %.3f (target <= 1.15)", mv * 1000, mv / mb))
 
@@ -129,6 +178,8 @@ local elapsed = loop.monotonic() - t0
 print(string.format("throughput, concurrency 2: %d invocations in %.2f s = %.1f/s", done, elapsed, done / elapsed))
 
 fs.rm_rf(spec.dir)
+fs.rm_rf(soft_dir)
+fs.rm_rf(deny_dir)
 rt:close()
 fs.rm_rf(ROOT)
 runtime.remove_cgroup_dirs("relay/bench")

@@ -106,7 +106,7 @@ function _M.execute(args)
     end
     local stdin = read_event(args)
 
-    local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir,
+    local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
         consumer = cfg.consumer, private = true })
     -- runc: pay the kernel's cgroup-attach grace period in a helper while
     -- the bundle is written and runc starts (runc.lua, D.prewarm)

@@ -75,7 +75,12 @@ function _M.row(rt, cfg, app, paused)
     if paused[app.name] then
         row.state = "paused"
     end
-    row.note = driver:note(app) or app.reload_error
+    local notes = {}
+    local unconfined = runtime.seccomp_unconfined(app)
+    notes[#notes + 1] = unconfined and ("seccomp unconfined: " .. unconfined) or nil
+    notes[#notes + 1] = driver:note(app)
+    notes[#notes + 1] = app.reload_error
+    row.note = #notes > 0 and table.concat(notes, "; ") or nil
     return row
 end
 
@@ -107,7 +112,8 @@ function _M.execute(args)
     if not list then
         exit.env(lerr)
     end
-    local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, consumer = cfg.consumer })
+    local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
+        consumer = cfg.consumer })
     local paused = _M.paused_apps(cfg) or {}
     for _, app in ipairs(list) do
         local row = _M.row(rt, cfg, app, paused)

@@ -5,14 +5,30 @@
 -- Known difference: bwrap does not forward SIGTERM into the sandbox; at the
 -- deadline the outer bwrap dies and --die-with-parent SIGKILLs the sandbox,
 -- so a handler gets no graceful TERM under this driver.
+--
+-- Identity: bwrap maps the sandbox's uid onto the uid that runs bwrap. Run by
+-- a root daemon that would be host root, so the child first joins its
+-- cgroups as root, then drops to the app's own unprivileged host uid
+-- (relay.runtime.ids) and only then execs bwrap, which builds its user
+-- namespace as that uid. An unprivileged daemon has no ids to give: its
+-- handlers run as its own uid, and `relay app ls` says so.
+--
+-- bwrap is then an unprivileged process that may not be able to reach the
+-- app directory (a parent may be 0700): the daemon opens the app and image
+-- directories itself and hands them over as descriptors (--ro-bind-fd),
+-- with the seccomp program (--seccomp).
 local fs = require("relay.fs")
+local ids = require("relay.runtime.ids")
 local log = require("relay.log")
 local runtime = require("relay.runtime")
+local safefs = require("relay.core.safefs")
 
 local _M = {}
 local D = {}
 
-local UID, GID = 65534, 65534
+local UID, GID = ids.CONTAINER_USER, ids.CONTAINER_USER
+-- descriptors the child receives, in this order, from fd 3 on
+local SECCOMP_FD, APP_FD, IMAGE_FD = 3, 4, 5
 local CPU_PERIOD = 100000
 local HOST_TOP = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
 local RM_TRIES = 20
@@ -28,16 +44,21 @@ function _M.new(rt)
 end
 
 
-local image_path = runtime.image_path
-
-
 function D:check(app)
     if not self.bwrap then
         return nil, "bwrap not found in PATH"
     end
-    local ok, why = runtime.check_command_and_image(app)
+    local ok, why = runtime.check_command_and_image(self.rt, app)
     if not ok then
         return nil, why
+    end
+    if not runtime.userns_available() then
+        return nil, "user namespaces are disabled on this host (user.max_user_namespaces is 0)"
+    end
+    local clone = fs.read_file("/proc/sys/kernel/unprivileged_userns_clone")
+    if clone and clone:match("^0") then
+        return nil, "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0): " ..
+            "bwrap cannot sandbox as an unprivileged uid; use runc, or set it to 1"
     end
     return true
 end
@@ -149,72 +170,71 @@ end
 
 
 function D:note(_)
+    local notes = {}
     local ok, err = self:can_limit()
     if not ok then
-        return "memory and pids limits not enforced: cannot write cgroups (" .. tostring(err) .. ")"
+        notes[#notes + 1] = "memory and pids limits not enforced: cannot write cgroups (" .. tostring(err) .. ")"
     end
-    return nil
+    if fs.geteuid() ~= 0 then
+        notes[#notes + 1] = "handlers run as the daemon's uid " .. fs.geteuid() ..
+            " (not root: no per-app uids)"
+    end
+    return #notes > 0 and table.concat(notes, "; ") or nil
 end
 
 
-local function rootfs_args(app, argv)
-    local img = image_path(app)
-    if img then
-        local real = fs.realpath(img) or img
-        -- --tmpfs destinations must exist in a read-only root
-        fs.mkdir(real .. "/tmp", 1023)
-        fs.mkdir(real .. "/app")
-        argv[#argv + 1] = "--ro-bind"
-        argv[#argv + 1] = real
-        argv[#argv + 1] = "/"
-        return
+local function push(argv, ...)
+    for _, a in ipairs({ ... }) do
+        argv[#argv + 1] = a
     end
+end
+
+
+local function host_rootfs_args(argv)
     for _, d in ipairs({ "/usr", "/etc" }) do
-        argv[#argv + 1] = "--ro-bind"
-        argv[#argv + 1] = d
-        argv[#argv + 1] = d
+        push(argv, "--ro-bind", d, d)
     end
     for _, name in ipairs(HOST_TOP) do
         local target = fs.readlink("/" .. name)
         if target then
-            argv[#argv + 1] = "--symlink"
-            argv[#argv + 1] = target
-            argv[#argv + 1] = "/" .. name
+            push(argv, "--symlink", target, "/" .. name)
         elseif fs.is_dir("/" .. name) then
-            argv[#argv + 1] = "--ro-bind"
-            argv[#argv + 1] = "/" .. name
-            argv[#argv + 1] = "/" .. name
+            push(argv, "--ro-bind", "/" .. name, "/" .. name)
         end
     end
 end
 
 
---- The bwrap command line of one invocation (no side effects).
-function D:command(app, inv)
+--- The bwrap command line of one invocation (no side effects). With an
+-- image the rootfs is descriptor IMAGE_FD; /app is always APP_FD.
+function D:command(app, inv, image)
     local limits = runtime.limits(app)
-    local argv = { self.bwrap or "bwrap", "--unshare-all" }
+    local argv = { self.bwrap or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns" }
     if limits.network == "host" then
-        argv[#argv + 1] = "--share-net"
+        push(argv, "--share-net")
     end
-    local tail = { "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
-        "--uid", tostring(UID), "--gid", tostring(GID), "--hostname", "relay" }
-    for _, a in ipairs(tail) do
-        argv[#argv + 1] = a
+    push(argv, "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+        "--uid", tostring(UID), "--gid", tostring(GID), "--hostname", "relay")
+    if not runtime.seccomp_unconfined(app) then
+        push(argv, "--seccomp", tostring(SECCOMP_FD))
     end
-    rootfs_args(app, argv)
+    if image then
+        push(argv, "--ro-bind-fd", tostring(IMAGE_FD), "/")
+    else
+        host_rootfs_args(argv)
+    end
     -- bwrap's own root is a writable tmpfs: --remount-ro makes it read-only
     -- (not recursive: /tmp stays writable)
-    for _, a in ipairs({ "--ro-bind", runtime.app_dir(app), "/app", "--tmpfs", "/tmp", "--proc", "/proc",
-        "--dev", "/dev", "--remount-ro", "/", "--chdir", "/app" }) do
-        argv[#argv + 1] = a
-    end
+    -- bwrap covers /proc/sys only when it could write it; make it read-only
+    -- always (net.* still shows the sandbox's own namespace: it is resolved
+    -- per reader)
+    push(argv, "--ro-bind-fd", tostring(APP_FD), "/app", "--tmpfs", "/tmp", "--proc", "/proc",
+        "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/app")
     for _, kv in ipairs(runtime.env_list(runtime.container_env(app, inv))) do
         local k, v = kv:match("^([^=]*)=(.*)$")
-        argv[#argv + 1] = "--setenv"
-        argv[#argv + 1] = k
-        argv[#argv + 1] = v
+        push(argv, "--setenv", k, v)
     end
-    argv[#argv + 1] = "--"
+    push(argv, "--")
     for _, a in ipairs(app.runtime.command) do
         argv[#argv + 1] = a
     end
@@ -222,14 +242,97 @@ function D:command(app, inv)
 end
 
 
+--- The seccomp program, written once per context (0600, beneath the
+-- context's private directory); each spawn opens its own descriptor.
+function D:seccomp_file()
+    if not self.bpf_path then
+        local base = self.rt.base_dir
+        local ok, err = fs.mkdir_p(base, 457)
+        if not ok then
+            return nil, err
+        end
+        local path = base .. "/seccomp.bpf"
+        fs.unlink(path)
+        ok, err = require("relay.core.seccomp").write_bpf(path, runtime.SECCOMP_PROFILE)
+        if not ok then
+            return nil, err
+        end
+        self.bpf_path = path
+    end
+    return self.bpf_path
+end
+
+
+--- Descriptors for one spawn: { seccomp program, app dir[, image rootfs] }.
+function D:open_fds(app, image)
+    local fds = {}
+    local function fail(err)
+        runtime.close_fds(fds)
+        return nil, err
+    end
+    local bpf, err = self:seccomp_file()
+    if not bpf then
+        return fail(err)
+    end
+    fds[1], err = safefs.open_read(bpf)
+    if not fds[1] then
+        return fail(err)
+    end
+    fds[2], err = safefs.open_path(runtime.app_dir(app))
+    if not fds[2] then
+        return fail(err)
+    end
+    if image then
+        fds[3], err = safefs.open_path(image.root, image.rel)
+        if not fds[3] then
+            return fail(err)
+        end
+    end
+    return fds
+end
+
+
+--- An image rootfs needs its --tmpfs destination to exist (the root is
+-- read-only); created without following a symlink the image may carry.
+local function prepare_image(image)
+    local ok, err = safefs.mkdir_beneath(image.root, image.rel .. "/tmp", 1023)
+    if ok then
+        ok, err = safefs.mkdir_beneath(image.root, image.rel .. "/app", 493)
+    end
+    return ok, err and ("image " .. image.rel .. ": " .. err)
+end
+
+
 function D:prepare(app, inv)
+    local image, err = self.rt:image(app)
+    if err then
+        return nil, err
+    end
+    if image then
+        local ok, perr = prepare_image(image)
+        if not ok then
+            return nil, perr
+        end
+    end
+    local fds, ferr = self:open_fds(app, image)
+    if not fds then
+        return nil, ferr
+    end
+    local limits = runtime.limits(app)
     local id = runtime.container_id(self.rt, app.name, inv.handler)
     local spec = {
         id = id,
-        argv = self:command(app, inv),
+        argv = self:command(app, inv, image),
         env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" },
         cgroup_dirs = {},
+        pass_fds = fds,
+        nofile = limits.nofile,
+        no_core = true,
     }
+    if fs.geteuid() == 0 then
+        local block = ids.for_app(app)
+        spec.uid, spec.gid = block.handler_uid, block.handler_gid
+    end
     if self:can_limit() then
         local procs, dirs = self:cgroup_setup(id, runtime.limits(app))
         if procs then

@@ -5,7 +5,13 @@
 -- attempt); 126/127 (command not executable / not found in the image) are
 -- the handler's failure, as relay.md section 3 says. The CLI proxies our
 -- SIGTERM to the container; the KILL step is `<engine> kill`, then `rm -f`.
+--
+-- Hardening matches runc's: Relay's own seccomp profile (written once per
+-- context as JSON, which both engines accept), NOFILE, a CPU quota, a
+-- private cgroup namespace, and `--pull=never`: a missing image is the
+-- host's failure at once, never a registry round trip on every start.
 local fs = require("relay.fs")
+local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
 
 local _M = {}
@@ -97,8 +103,30 @@ function D.note(_, _)
 end
 
 
+--- `--security-opt seccomp=<file>`: Relay's profile, or unconfined when
+-- the template gives a reason. nil, err when it cannot be written.
+function D:seccomp_opt(app)
+    if runtime.seccomp_unconfined(app) then
+        return "seccomp=unconfined"
+    end
+    if not self.seccomp_path then
+        local path = self.rt.base_dir .. "/seccomp.json"
+        local ok, err = fs.mkdir_p(self.rt.base_dir, 457)
+        if ok then
+            fs.unlink(path)
+            ok, err = require("relay.core.safefs").write_new(path, json.encode(runtime.seccomp_profile(app)), 420)
+        end
+        if not ok then
+            return nil, err
+        end
+        self.seccomp_path = path
+    end
+    return "seccomp=" .. self.seccomp_path
+end
+
+
 --- The `run` command line of one invocation (no side effects).
-function D:command(app, inv, id)
+function D:command(app, inv, id, seccomp)
     local limits = runtime.limits(app)
     local argv = { self.bin or self.engine }
     for _, a in ipairs(self.tweaks.global_args or {}) do
@@ -111,14 +139,15 @@ function D:command(app, inv, id)
     end
     add("run", "--rm", "-i", "--name", id, "--label", "relay.owner=" .. self.owner,
         "--network", limits.network == "host" and "host" or "none",
-        "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--pull=never", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--security-opt", seccomp or "seccomp=unconfined", "--cgroupns", "private",
         "--memory", string.format("%db", limits.memory), "--memory-swap", string.format("%db", limits.memory),
-        "--pids-limit", tostring(limits.pids), "--user", UID .. ":" .. GID,
-        "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m",
+        "--pids-limit", tostring(limits.pids), "--cpus", tostring(limits.cpus),
+        "--ulimit", string.format("nofile=%d:%d", limits.nofile, limits.nofile), "--ulimit", "core=0:0",
+        "--user", UID .. ":" .. GID,
+        -- mode=1777: an image's own /tmp may be 0755, unwritable by uid 65534
+        "--tmpfs", "/tmp:rw,nosuid,nodev,noexec,size=64m,mode=1777",
         "-v", runtime.app_dir(app) .. ":/app:ro", "-w", "/app")
-    if limits.cpus then
-        add("--cpus", tostring(limits.cpus))
-    end
     if (app.runtime or {}).init ~= false then
         add("--init")
     end
@@ -134,6 +163,10 @@ end
 
 
 function D:prepare(app, inv)
+    local seccomp, err = self:seccomp_opt(app)
+    if not seccomp then
+        return nil, err
+    end
     local id = runtime.container_id(self.rt, app.name, inv.handler)
     local base = { self.bin or self.engine }
     for _, a in ipairs(self.tweaks.global_args or {}) do
@@ -146,14 +179,21 @@ function D:prepare(app, inv)
         end
         return t
     end
-    return {
+    local spec = {
         id = id,
-        argv = self:command(app, inv, id),
+        argv = self:command(app, inv, id, seccomp),
         env = self:engine_env(),
         kill_argv = cmd("kill", "--signal", "KILL", id),
         kill_delay = KILL_DELAY_S,
         rm_argv = cmd("rm", "-f", id),
     }
+    -- the engine's own reason for a status 125 is its last "Error:" line
+    spec.observe = function(stream, line)
+        if stream == "stderr" and line:find("^Error") then
+            spec.engine_error = line
+        end
+    end
+    return spec
 end
 
 
@@ -162,7 +202,9 @@ function D:finish(spec, report)
     if report.start_error then
         out.host_failure, out.detail = true, self.engine .. ": " .. report.start_error
     elseif report.status == ENGINE_ERROR and not report.timed_out then
-        out.host_failure, out.detail = true, self.engine .. " run failed (status 125)"
+        out.host_failure = true
+        out.detail = self.engine .. " run failed (status 125)" ..
+            (spec.engine_error and (": " .. spec.engine_error) or "")
     elseif report.status and report.status > 128 and report.status < 160 then
         out.status, out.signal = nil, report.status - 128
     end

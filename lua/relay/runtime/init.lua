@@ -11,9 +11,11 @@
 --   prepare(app, inv)     -> spec | nil, err      (err: host failure)
 --   finish(spec, report)  -> { host_failure=bool, detail=string|nil, status=N|nil, signal=N|nil }
 --   sweep()               -> removed count        (this consumer's orphans only)
--- spec = { argv, env, term_argv, kill_argv, kill_delay, cgroup_procs, keep_group }.
+-- spec = { argv, env, term_argv, kill_argv, kill_delay, cgroup_procs, keep_group,
+--          pass_fds (closed by the caller after the spawn), nofile, no_core, uid, gid }.
 local duration = require("relay.duration")
 local fs = require("relay.fs")
+local safefs = require("relay.core.safefs")
 
 local _M = {}
 
@@ -22,8 +24,15 @@ local KNOWN = { auto = true, runc = true, bwrap = true, docker = true, podman = 
 
 _M.DEFAULT_MEMORY = 256 * 1024 * 1024
 _M.DEFAULT_PIDS = 64
+-- A handler that needs more descriptors says so (runtime.nofile); the
+-- daemon's own limit (often 65536 or more) is no default for untrusted code.
+_M.DEFAULT_NOFILE = 1024
+-- One CPU unless the template says otherwise: a busy loop in one handler
+-- must not take every core from the daemon and the other handlers.
+_M.DEFAULT_CPUS = 1
 _M.CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _M.CGROUP_ROOT = "/sys/fs/cgroup"
+_M.SECCOMP_PROFILE = "allowlist"
 _M.INIT_PATHS = { "/usr/bin/catatonit", "/usr/libexec/podman/catatonit", "/usr/local/bin/catatonit" }
 
 -- Relay's own variables: runtime.env cannot override these.
@@ -63,7 +72,8 @@ function _M.limits(app)
     return {
         memory = size_of(r.memory, _M.DEFAULT_MEMORY),
         pids = tonumber(r.pids) or _M.DEFAULT_PIDS,
-        cpus = tonumber(r.cpus),
+        cpus = tonumber(r.cpus) or _M.DEFAULT_CPUS,
+        nofile = tonumber(r.nofile) or _M.DEFAULT_NOFILE,
         network = r.network or "none",
     }
 end
@@ -75,28 +85,80 @@ function _M.app_dir(app)
 end
 
 
---- The rootfs directory of an app's `image:` (runc/bwrap), or nil for `host`.
-function _M.image_path(app)
+--- Where an app's `image:` lives: { root, rel, path } with rel a relative
+-- name (validated: no absolute path, no ..) inside the app's directory, or
+-- else inside RELAY_IMAGES; nil for `image: host`. Nothing below root is a
+-- symlink (checked without following one). Returns nil, err when the image
+-- is missing or reached through a symlink.
+function _M.image(rt, app)
     local image = (app.runtime or {}).image or "host"
     if image == "host" then
         return nil
     end
-    return image:sub(1, 1) == "/" and image or (_M.app_dir(app) .. "/" .. image)
+    local roots = { _M.app_dir(app) }
+    if rt.images_dir then
+        roots[2] = fs.realpath(rt.images_dir) or rt.images_dir
+    end
+    local why
+    for _, root in ipairs(roots) do
+        local fd, err = safefs.open_path(root, image)
+        if fd then
+            safefs.close(fd)
+            return { root = root, rel = image, path = root .. "/" .. image }
+        end
+        why = why or (not err:find("No such file", 1, true) and err or nil)
+    end
+    if why then
+        return nil, "image " .. image .. ": " .. why
+    end
+    return nil, "image directory not found: " .. image .. " (looked in " .. table.concat(roots, " and ") .. ")"
 end
 
 
 --- Checks shared by the rootfs drivers: a command to run and, unless
 -- `image: host`, an existing rootfs directory. true | nil, why.
-function _M.check_command_and_image(app)
+function _M.check_command_and_image(rt, app)
     local r = app.runtime or {}
     if type(r.command) ~= "table" or #r.command == 0 then
         return nil, "runtime.command is not set"
     end
-    local img = _M.image_path(app)
-    if img and not fs.is_dir(img) then
-        return nil, "image directory not found: " .. img
+    local _, err = _M.image(rt, app)
+    if err then
+        return nil, err
     end
     return true
+end
+
+
+--- Closes descriptors a driver opened for one spawn (pass_fds).
+function _M.close_fds(fds)
+    for _, fd in ipairs(fds or {}) do
+        safefs.close(fd)
+    end
+end
+
+
+--- Whether this host lets a process create user namespaces.
+function _M.userns_available()
+    local max = tonumber(fs.read_file("/proc/sys/user/max_user_namespaces") or "")
+    return max == nil or max > 0
+end
+
+
+--- The OCI seccomp section of an app: Relay's allowlist unless the template
+-- says `seccomp: {unconfined: <reason>}`.
+function _M.seccomp_profile(app)
+    if _M.seccomp_unconfined(app) then
+        return nil
+    end
+    return require("relay.core.seccomp").profile(_M.SECCOMP_PROFILE)
+end
+
+
+--- The reason an app runs without seccomp, or nil.
+function _M.seccomp_unconfined(app)
+    local s = (app.runtime or {}).seccomp
+    return type(s) == "table" and s.unconfined or nil
 end
 
 
@@ -208,6 +270,7 @@ function _M.new(opts)
         pid = pid,
         seq = 0,
         private = opts.private and true or false,
+        images_dir = opts.images,
         drivers = {},
     }
     local base = (opts.state_dir or "/run/relay") .. "/" .. consumer

@@ -88,8 +88,15 @@ function _M.run(args)
         kill_delay = spec.kill_delay,
         cgroup_procs = spec.cgroup_procs,
         keep_group = spec.keep_group,
+        pass_fds = spec.pass_fds,
+        nofile = spec.nofile,
+        no_core = spec.no_core,
+        uid = spec.uid,
+        gid = spec.gid,
         on_line = on_line,
     })
+    -- the child has its copies (or never will): ours would only leak
+    runtime.close_fds(spec.pass_fds)
     if not h then
         drv:finish(spec, { start_error = serr, timed_out = false })
         return host_failure(drv.name .. ": " .. serr, started)

@@ -11,8 +11,9 @@ local CONF = "[containers]\ndefault_ulimits = []\n"
 local function engine_env(driver, env)
     local path = driver.rt.base_dir .. "/containers.conf"
     if not driver.conf_written then
-        fs.mkdir_p(driver.rt.base_dir)
-        driver.conf_written = fs.write_file(path, CONF) and true or false
+        fs.mkdir_p(driver.rt.base_dir, 457)
+        fs.unlink(path)
+        driver.conf_written = require("relay.core.safefs").write_new(path, CONF, 420) and true or false
     end
     env.CONTAINERS_CONF = path
 end

@@ -8,14 +8,25 @@
 --   bundles/<app>/<id>/        config.json and runc.log of one invocation
 -- The rootfs is shared read-only; the per-invocation dir holds just the
 -- config with its own container id and cgroup leaf.
+--
+-- Every container runs in its own user namespace with the app's host id
+-- block (relay.runtime.ids), a seccomp allowlist, no capabilities and a
+-- cgroup namespace. runc enters the user namespace before it mounts the
+-- rootfs, so the rootfs and every directory above it must be traversable by
+-- the app's host ids: the state directories are 0711 (search only), the
+-- bundle directories, which hold the environment, 0700 with files 0600
+-- (runc reads config.json before it enters the namespace).
 local fs = require("relay.fs")
+local ids = require("relay.runtime.ids")
 local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
+local safefs = require("relay.core.safefs")
 
 local _M = {}
 local D = {}
 
-local UID, GID = 65534, 65534
+local UID, GID = ids.CONTAINER_USER, ids.CONTAINER_USER
+local SEARCH_ONLY, PRIVATE, STICKY_TMP = 457, 448, 1023 -- 0711, 0700, 01777
 local OOM_SCORE_ADJ = 500
 local CPU_PERIOD = 100000
 local KILL_DELAY_S = 2
@@ -47,9 +58,6 @@ function _M.new(rt)
 end
 
 
-local image_path = runtime.image_path
-
-
 function D:check(app)
     if not self.runc then
         return nil, "runc not found in PATH"
@@ -57,12 +65,16 @@ function D:check(app)
     if fs.geteuid() ~= 0 then
         return nil, "the runc driver needs root (use bwrap)"
     end
-    local ok, why = runtime.check_command_and_image(app)
+    local ok, why = runtime.check_command_and_image(self.rt, app)
     if not ok then
         return nil, why
     end
     if not runtime.cgroup_mode() then
         return nil, "no cgroup hierarchy mounted at " .. runtime.CGROUP_ROOT
+    end
+    if not runtime.userns_available() then
+        return nil, "user namespaces are disabled on this host (user.max_user_namespaces is 0): " ..
+            "Relay never runs a handler without one"
     end
     return true
 end
@@ -76,56 +88,103 @@ function D.note(_, app)
 end
 
 
+--- The state directories above the rootfs: searchable by the containers'
+-- host ids (the user namespace resolves the rootfs path), never listable.
+function D:prepare_dirs()
+    if self.dirs_ready then
+        return true
+    end
+    local state = self.rt.base_dir:match("^(.*)/[^/]+$")
+    if self.rt.private then
+        state = state:match("^(.*)/[^/]+$")
+    end
+    if not fs.is_dir(state) then
+        local ok, err = fs.mkdir_p(state, SEARCH_ONLY)
+        if not ok then
+            return nil, err
+        end
+    end
+    for _, d in ipairs({ self.rt.shared_dir, self.rt.base_dir }) do
+        local ok, err = safefs.private_dir(d, SEARCH_ONLY)
+        if not ok then
+            return nil, err
+        end
+    end
+    for _, d in ipairs({ self.root, self.bundles }) do
+        local ok, err = safefs.private_dir(d, PRIVATE)
+        if not ok then
+            return nil, err
+        end
+    end
+    self.dirs_ready = true
+    return true
+end
+
+
 --- The `image: host` rootfs: empty mountpoints plus the host's top-level
 -- symlinks (/bin -> usr/bin on merged-/usr systems); real dirs are bound.
+-- Created beneath the consumer's directory without following symlinks.
 function D:prepare_host_rootfs()
     if self.host_binds then
         return self.host_rootfs
     end
-    local root = self.host_rootfs
-    local ok, err = fs.mkdir_p(root)
+    local base, name = self.host_rootfs:match("^(.*)/([^/]+)$")
+    local ok, err = safefs.mkdir_beneath(base, name, 493) -- 0755
     if not ok then
         return nil, err
     end
     for _, d in ipairs(MOUNTPOINTS) do
-        fs.mkdir(root .. "/" .. d)
+        ok, err = safefs.mkdir_beneath(base, name .. "/" .. d, 493)
+        if not ok then
+            return nil, err
+        end
     end
     -- runc chmods a tmpfs to its mountpoint's mode: 1777 here, or uid 65534 gets EACCES
-    fs.mkdir(root .. "/tmp", 1023)
-    fs.chmod(root .. "/tmp", 1023)
-    fs.write_file(root .. INIT_TARGET, "")
+    ok, err = safefs.mkdir_beneath(base, name .. "/tmp", STICKY_TMP)
+    if ok then
+        ok, err = safefs.touch_beneath(base, name .. INIT_TARGET, 420) -- 0644
+    end
+    if not ok then
+        return nil, err
+    end
     local binds = {}
     for _, d in ipairs(HOST_DIRS) do
         binds[#binds + 1] = d
     end
-    for _, name in ipairs(HOST_TOP) do
-        local target = fs.readlink("/" .. name)
+    for _, top in ipairs(HOST_TOP) do
+        local target = fs.readlink("/" .. top)
+        local path = self.host_rootfs .. "/" .. top
         if target then
-            fs.symlink(target, root .. "/" .. name)
-        elseif fs.is_dir("/" .. name) then
-            fs.mkdir(root .. "/" .. name)
-            binds[#binds + 1] = "/" .. name
+            if fs.readlink(path) ~= target then
+                fs.symlink(target, path)
+            end
+        elseif fs.is_dir("/" .. top) then
+            safefs.mkdir_beneath(base, name .. "/" .. top, 493)
+            binds[#binds + 1] = "/" .. top
         end
     end
     self.host_binds = binds
-    return root
+    return self.host_rootfs
 end
 
 
---- An image directory: runc rejects a symlinked rootfs, and needs /tmp 1777
--- and the init mountpoint to exist before the root goes read-only.
-local function prepare_image_rootfs(path, want_init)
-    local real, err = fs.realpath(path)
-    if not real then
-        return nil, err
+--- An image directory: runc needs /tmp 1777, /app and the init mountpoint
+-- to exist before the root goes read-only. The image is the app author's:
+-- nothing in it is followed, so a planted symlink fails the preparation
+-- instead of changing a host path.
+local function prepare_image_rootfs(image, want_init)
+    local root, rel = image.root, image.rel
+    local ok, err = safefs.mkdir_beneath(root, rel .. "/tmp", STICKY_TMP)
+    if ok then
+        ok, err = safefs.mkdir_beneath(root, rel .. "/app", 493)
     end
-    fs.mkdir(real .. "/tmp", 1023)
-    fs.chmod(real .. "/tmp", 1023)
-    fs.mkdir(real .. "/app")
-    if want_init and not fs.exists(real .. INIT_TARGET) then
-        fs.write_file(real .. INIT_TARGET, "")
+    if ok and want_init then
+        ok, err = safefs.touch_beneath(root, rel .. INIT_TARGET, 420)
     end
-    return real
+    if not ok then
+        return nil, "image " .. rel .. ": " .. err
+    end
+    return image.path
 end
 
 
@@ -170,6 +229,7 @@ end
 --- The locked-down OCI config of one invocation (CONTAINERS.md section 1).
 function D:config(app, inv, id, rootfs, init_bin)
     local limits = runtime.limits(app)
+    local block = ids.for_app(app)
     local args = {}
     if init_bin then
         args = { INIT_TARGET, "--" }
@@ -177,7 +237,8 @@ function D:config(app, inv, id, rootfs, init_bin)
     for _, a in ipairs(app.runtime.command) do
         args[#args + 1] = a
     end
-    local namespaces = { { type = "pid" }, { type = "ipc" }, { type = "uts" }, { type = "mount" } }
+    local namespaces = { { type = "pid" }, { type = "ipc" }, { type = "uts" }, { type = "mount" },
+        { type = "user" }, { type = "cgroup" } }
     if limits.network ~= "host" then
         namespaces[#namespaces + 1] = { type = "network" }
     end
@@ -194,13 +255,17 @@ function D:config(app, inv, id, rootfs, init_bin)
             cwd = "/app",
             capabilities = { bounding = caps(), effective = caps(), inheritable = caps(),
                 permitted = caps(), ambient = caps() },
-            rlimits = { { type = "RLIMIT_CORE", hard = 0, soft = 0 } },
+            rlimits = { { type = "RLIMIT_CORE", hard = 0, soft = 0 },
+                { type = "RLIMIT_NOFILE", hard = limits.nofile, soft = limits.nofile } },
             noNewPrivileges = true,
             oomScoreAdj = OOM_SCORE_ADJ,
         },
         mounts = mounts(self, app, init_bin, rootfs == self.host_rootfs),
         linux = {
             namespaces = namespaces,
+            uidMappings = { { containerID = 0, hostID = block.uid, size = block.size } },
+            gidMappings = { { containerID = 0, hostID = block.gid, size = block.size } },
+            seccomp = runtime.seccomp_profile(app),
             cgroupsPath = "/" .. self.rt.cgroup_parent .. "/" .. id,
             resources = resources(limits),
             maskedPaths = MASKED,
@@ -215,8 +280,15 @@ end
 -- inv: { handler, trigger, message_id, attempt, deadline_ms }
 function D:prepare(app, inv)
     local init_bin = runtime.init_binary(app)
-    local img = image_path(app)
-    local rootfs, err
+    local ok, err = self:prepare_dirs()
+    if not ok then
+        return nil, err
+    end
+    local img, ierr = self.rt:image(app)
+    if ierr then
+        return nil, ierr
+    end
+    local rootfs
     if img then
         rootfs, err = prepare_image_rootfs(img, init_bin ~= nil)
     else
@@ -226,12 +298,15 @@ function D:prepare(app, inv)
         return nil, err
     end
     local id = runtime.container_id(self.rt, app.name, inv.handler)
-    local dir = self.bundles .. "/" .. runtime.sanitize(app.name) .. "/" .. id
-    local ok, merr = fs.mkdir_p(dir)
-    if not ok then
-        return nil, merr
+    local app_bundles = self.bundles .. "/" .. runtime.sanitize(app.name)
+    local dir = app_bundles .. "/" .. id
+    for _, d in ipairs({ app_bundles, dir }) do
+        ok, err = safefs.private_dir(d, PRIVATE)
+        if not ok then
+            return nil, err
+        end
     end
-    ok, err = fs.write_file(dir .. "/config.json", json.encode(self:config(app, inv, id, rootfs, init_bin)))
+    ok, err = safefs.write_new(dir .. "/config.json", json.encode(self:config(app, inv, id, rootfs, init_bin)), 384)
     if not ok then
         return nil, err
     end
@@ -383,8 +458,8 @@ end
 local function delete_all(runc, root)
     local n = 0
     if fs.is_dir(root) then
-        local report, ids = runtime.exec({ runc, "--root", root, "list", "-q" }, 10)
-        for _, id in ipairs(report and ids or {}) do
+        local report, listed = runtime.exec({ runc, "--root", root, "list", "-q" }, 10)
+        for _, id in ipairs(report and listed or {}) do
             if id ~= "" then
                 runtime.exec({ runc, "--root", root, "delete", "--force", id }, 10)
                 n = n + 1
