@@ -1,16 +1,16 @@
 --- StatsD over UDP (RELAY_HOOKS=examples/hooks/statsd.lua).
 --
---   STATSD_HOST (default 127.0.0.1), STATSD_PORT (default 8125),
---   STATSD_PREFIX (default "relay")
+-- Edit HOST, PORT and PREFIX below: hooks cannot read the environment,
+-- which holds Relay's secrets (the Redis password).
 --
 -- relay.udp resolves a host name only here, while the file loads; its
 -- send never blocks: a datagram the kernel cannot take is dropped.
 -- luacheck: globals relay
-local host = os.getenv("STATSD_HOST") or "127.0.0.1"
-local port = tonumber(os.getenv("STATSD_PORT") or "8125")
-local prefix = os.getenv("STATSD_PREFIX") or "relay"
+local HOST = "127.0.0.1"
+local PORT = 8125
+local PREFIX = "relay"
 
-local sock = assert(relay.udp(host, port))
+local sock = assert(relay.udp(HOST, PORT))
 
 
 local function name(s)
@@ -19,7 +19,7 @@ end
 
 
 local function count(metric)
-    sock:send(prefix .. "." .. metric .. ":1|c")
+    sock:send(PREFIX .. "." .. metric .. ":1|c")
 end
 
 
@@ -32,7 +32,7 @@ return {
         local base = "attempts." .. name(a.app) .. "." .. name(a.handler)
         count(base .. "." .. name(a.outcome))
         if a.duration_ms then
-            sock:send(string.format("%s.%s.duration:%d|ms", prefix, base, a.duration_ms))
+            sock:send(string.format("%s.%s.duration:%d|ms", PREFIX, base, a.duration_ms))
         end
     end,
 

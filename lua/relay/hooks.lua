@@ -2,13 +2,18 @@
 -- table of optional functions on_start, on_event, on_attempt, on_dlq, on_log.
 --
 -- The file runs in a sandbox (STYLE practice 12, pitfall P13): an allow-list
--- of the standard library (no io, no os.execute/exit/remove, no require,
--- package, debug, coroutine, getfenv/setfenv, load of bytecode), an
+-- of the standard library (no io, no os.execute/exit/remove, no os.getenv:
+-- the environment holds the Redis password; no require, package, debug,
+-- coroutine, getfenv/setfenv, string.dump, load of bytecode), an
 -- error-raising metatable on its globals, and `relay.log(level, msg,
 -- fields)`, `relay.now()` (wall clock, ms) and `relay.udp(host, port)`
 -- (`:send(data)` never blocks; a datagram the kernel cannot take is dropped
 -- and counted). Names resolve only while the file loads; at run time
 -- relay.udp takes numeric addresses, because a lookup would block the loop.
+-- Strings share one metatable, whose __index is the real string table, so
+-- ("").dump would reach string.dump whatever the sandbox's own string table
+-- holds: loading a hooks file removes string.dump from the whole Lua state
+-- (nothing in Relay uses it).
 --
 -- Every call runs on a fresh coroutine that is not a relay task, so
 -- anything that waits (loop.sleep, redis) raises "can only run inside a
@@ -23,6 +28,15 @@
 -- (jit.off(fn, true)), and each call runs under a LUA_MASKCOUNT hook that
 -- raises once the call exceeds INSTRUCTION_BUDGET VM instructions; the
 -- sandbox's pcall/xpcall re-raise that error, so it cannot be swallowed.
+-- LuaJIT runs an xpcall message handler before unwinding, that is still
+-- inside the count hook that raised the budget error, and calls no hook
+-- while one is active: a handler run then would never be cut off. So the
+-- sandbox's xpcall hands the user's handler only errors raised before the
+-- budget ran out.
+-- No hook code runs outside the budget: Relay never calls tostring (so
+-- never __tostring) on what a hook raised, a non-string error is reported
+-- as its type; and on_log gets copies of a record's tables, so a hook
+-- cannot set a metatable on one Relay keeps using.
 -- What the budget cannot cut off is a single long C call (a huge
 -- string.rep, a pathological pattern in string.find): hooks must stay small.
 --
@@ -50,6 +64,17 @@ local function copy(t)
         c[k] = v
     end
     return c
+end
+
+
+--- A hook's error as text, without calling any of its metamethods (a
+-- __tostring would run hook code outside the budget).
+local function describe_error(err)
+    local kind = type(err)
+    if kind == "string" or kind == "number" then
+        return tostring(err)
+    end
+    return "(error object is a " .. kind .. " value)"
 end
 
 
@@ -81,7 +106,7 @@ local function run_budgeted(fn, arg)
         return false, "a hook must not yield (hooks cannot wait)"
     end
     if not ok then
-        return false, debug.traceback(co, tostring(result))
+        return false, debug.traceback(co, describe_error(result))
     end
     return true, result
 end
@@ -94,6 +119,18 @@ local function guard_budget(ok, ...)
         error(BUDGET_ERROR, 0)
     end
     return ok, ...
+end
+
+
+-- Once the budget ran out, the user's message handler is not called: it
+-- would run inside the count hook, where no count hook fires.
+local function sandbox_xpcall(f, handler, ...)
+    return guard_budget(xpcall(f, function(err)
+        if exceeded then
+            return BUDGET_ERROR
+        end
+        return handler(err)
+    end, ...))
 end
 
 
@@ -162,9 +199,9 @@ local function sandbox(loading)
             return type(v) == "table" and getmetatable(v) or nil
         end,
         pcall = function(f, ...) return guard_budget(pcall(f, ...)) end,
-        xpcall = function(f, h, ...) return guard_budget(xpcall(f, h, ...)) end,
+        xpcall = sandbox_xpcall,
         string = copy(string), table = copy(table), math = copy(math), bit = copy(bit),
-        os = { clock = os.clock, date = os.date, difftime = os.difftime, time = os.time, getenv = os.getenv },
+        os = { clock = os.clock, date = os.date, difftime = os.difftime, time = os.time },
         relay = relay_api(loading),
     }
     env.string.dump = nil
@@ -245,6 +282,7 @@ function _M.load(path)
         return nil, path .. ": bytecode is not allowed"
     end
     local loading = true
+    rawset(string, "dump", nil)  -- see the header: ("").dump reaches the real string table
     local chunk, cerr = loadstring(text, "@" .. path)
     if not chunk then
         return nil, cerr
@@ -256,7 +294,7 @@ function _M.load(path)
     active = false
     loading = false
     if not ok then
-        return nil, path .. ": " .. tostring(result)
+        return nil, path .. ": " .. result
     end
     if type(result) ~= "table" then
         return nil, path .. ": must return a table of hook functions"

@@ -1,7 +1,7 @@
 -- User hooks (relay.md section 8): loading, the sandbox, no waiting, errors
 -- that are logged (rate-limited) and change nothing, runaway hooks cut off,
 -- absent hooks, relay.udp, and the two examples.
-local ffi = require("ffi")
+local cli = require("helpers.cli")
 local hooks = require("relay.hooks")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
@@ -9,12 +9,14 @@ local metrics = require("relay.metrics")
 local observe = require("relay.observe")
 local proc = require("relay.core.proc")
 
-ffi.cdef("int setenv(const char *name, const char *value, int overwrite);")
-
+local CHILD_TIMEOUT_S = 10
 local DIR = os.tmpname()
 os.remove(DIR)
 os.execute("mkdir -p " .. DIR)
 local seq = 0
+-- Loading a hooks file removes string.dump from the whole Lua state (see
+-- the module header); these specs restore it for the specs that follow.
+local string_dump = string.dump
 
 
 local function hook_file(text)
@@ -50,6 +52,38 @@ local function capture_logs(fn)
 end
 
 
+-- Loads argv[1] as a hooks file and calls its on_event, printing what the
+-- hook error reporter logs: runs in a child so that a runaway hook which
+-- escapes the budget fails the spec (timed out) instead of hanging it.
+local CHILD_SCRIPT = [[
+local hooks = require("relay.hooks")
+local log = require("relay.log")
+log.error = function(_, fields) io.write("error: ", fields.error, "\n") end
+local h, err = hooks.load(arg[1])
+if not h then
+    io.write("load: ", err, "\n")
+    os.exit(0)
+end
+h.on_event({})
+io.write("returned\n")
+]]
+
+
+--- Runs the hooks file text in a child relay; returns its stdout and
+-- whether the bounded wait ran out.
+local function run_child(text)
+    local script = hook_file(CHILD_SCRIPT)
+    local out = {}
+    local h = assert(proc.spawn({
+        argv = { cli.binary(), "x-lua", script, hook_file(text) },
+        timeout = CHILD_TIMEOUT_S,
+        on_line = function(_, line) out[#out + 1] = line end,
+    }))
+    local report = assert(h:wait(CHILD_TIMEOUT_S + 5))
+    return table.concat(out, "\n"), report.timed_out
+end
+
+
 --- Runs one hook that reports its result through relay.log.
 local function probe(body)
     local h = assert(load_text("return { on_event = function(e) " .. body .. " end }"))
@@ -61,6 +95,7 @@ end
 describe("hooks", function()
     teardown(function()
         os.execute("rm -rf " .. DIR)
+        rawset(string, "dump", string_dump)
     end)
 
     describe("loading", function()
@@ -77,7 +112,7 @@ describe("hooks", function()
             h, err = load_text("return { on_event = 1 }")
             assert.is_nil(h)
             assert.matches("on_event must be a function", err)
-            h, err = load_text(string.dump(function() return {} end))
+            h, err = load_text(string_dump(function() return {} end))
             assert.is_nil(h)
             assert.matches("bytecode is not allowed", err)
             h, err = load_text("return {")
@@ -114,9 +149,26 @@ describe("hooks", function()
             end
             local records = probe("relay.log('info', 'os', { execute = type(os.execute), exit = type(os.exit), " ..
                 "remove = type(os.remove), getenv = type(os.getenv), time = type(os.time), " ..
-                "dump = type(string.dump), meta = type(getmetatable('')) })")
-            assert.are.same({ execute = "nil", exit = "nil", remove = "nil", getenv = "function",
-                time = "function", dump = "nil", meta = "nil" }, records[1].fields)
+                "meta = type(getmetatable('')) })")
+            assert.are.same({ execute = "nil", exit = "nil", remove = "nil", getenv = "nil",
+                time = "function", meta = "nil" }, records[1].fields)
+        end)
+
+        it("hides the environment (it holds the Redis password)", function()
+            local h, err = load_text("local password = os.getenv('REDIS_PASSWORD') return {}")
+            assert.is_nil(h)
+            assert.matches("getenv", err)
+            local records = probe("os.getenv('HOME')")
+            assert.matches("getenv", records[1].fields.error)
+        end)
+
+        it("has no string.dump, not even through a string's methods", function()
+            local records = probe("relay.log('info', 'dump', { lib = type(string.dump), method = type(('').dump), " ..
+                "upper = type(('').upper) })")
+            assert.are.same({ lib = "nil", method = "nil", upper = "function" }, records[1].fields)
+            local h, err = load_text("local bytes = ('').dump(function() end) return {}")
+            assert.is_nil(h)
+            assert.matches("dump", err)
         end)
 
         it("refuses new globals and bytecode through loadstring, and binds loaded text to the sandbox", function()
@@ -130,8 +182,9 @@ describe("hooks", function()
 
         it("keeps the standard library usable", function()
             local records = probe("relay.log('info', 'std', { s = string.format('%03d', 7) .. ('ab'):upper(), " ..
-                "t = table.concat({ 1, 2 }, ','), m = math.max(1, 3), now = type(relay.now()) })")
-            assert.are.same({ s = "007AB", t = "1,2", m = 3, now = "number" }, records[1].fields)
+                "t = table.concat({ 1, 2 }, ','), m = math.max(1, 3), now = type(relay.now()), " ..
+                "x = select(2, xpcall(error, function(e) return 'handled ' .. e end, 'x', 0)) })")
+            assert.are.same({ s = "007AB", t = "1,2", m = 3, now = "number", x = "handled x" }, records[1].fields)
         end)
     end)
 
@@ -198,6 +251,41 @@ describe("hooks", function()
             end
         end)
 
+        -- LuaJIT calls an xpcall message handler before unwinding, so after
+        -- the budget error (raised inside the count hook) the handler runs
+        -- while that hook is active, and LuaJIT calls no hook then.
+        it("cannot escape through an xpcall message handler", function()
+            for _, body in ipairs({
+                "xpcall(function() while true do end end, function() while true do end end)",
+                "xpcall(error, function() while true do end end)",
+                "xpcall(function() while true do end end, function(e) return xpcall(error, function() " ..
+                    "while true do end end) end)",
+            }) do
+                local started = loop.monotonic()
+                local out, timed_out = run_child("return { on_event = function() " .. body .. " end }")
+                assert.is_false(timed_out, body)
+                assert.is_true(loop.monotonic() - started < CHILD_TIMEOUT_S, body)
+                assert.matches("error: hook exceeded its instruction budget", out, 1, true)
+                assert.matches("returned$", out)
+            end
+        end)
+
+        it("cannot escape through an error object's __tostring", function()
+            local obj = "setmetatable({}, { __tostring = function() while true do end end })"
+            local out, timed_out = run_child("return { on_event = function() error(" .. obj .. ") end }")
+            assert.is_false(timed_out)
+            assert.matches("error: (error object is a table value)", out, 1, true)
+            assert.matches("returned$", out)
+            out, timed_out = run_child("error(" .. obj .. ")")
+            assert.is_false(timed_out)
+            assert.matches("load: .*%(error object is a table value%)", out)
+            -- stringified by the hook itself, it is the hook's time
+            out, timed_out = run_child("return { on_event = function() " ..
+                "local _, e = pcall(error, " .. obj .. ") return tostring(e) end }")
+            assert.is_false(timed_out)
+            assert.matches("error: hook exceeded its instruction budget", out, 1, true)
+        end)
+
         it("leave the daemon's own code and count hooks as they were", function()
             local before = debug.gethook()
             local h = assert(load_text("return { on_event = function() return 1 end }"))
@@ -230,6 +318,28 @@ describe("hooks", function()
             assert.matches("hide me", written[1])
             assert.matches("^seen", written[2])
             assert.are.equal("show me", written[3])
+        end)
+    end)
+
+    describe("on_log records", function()
+        it("hold copies of Relay's tables, so a hook cannot set a metatable on one", function()
+            local h = assert(load_text([[
+                return { on_log = function(r)
+                    setmetatable(r.fields.t, { __index = function() while true do end end })
+                    r.fields.t.inner.x = 2
+                end }]]))
+            hooks.install_log_hook(h)
+            local shared = { inner = { x = 1 } }
+            shared.self = shared
+            local core = require("relay.core.log")
+            local saved = core.write
+            core.write = function() end
+            local ok, err = pcall(log.info, "t", { t = shared })
+            core.write = saved
+            hooks.install_log_hook({})
+            assert(ok, err)
+            assert.is_nil(getmetatable(shared))
+            assert.are.equal(1, shared.inner.x)
         end)
     end)
 
@@ -294,9 +404,15 @@ except OSError:
             while #lines == 0 and loop.monotonic() < deadline do
                 loop.sleep(0.02)
             end
-            ffi.C.setenv("STATSD_PORT", lines[1], 1)
-            ffi.C.setenv("STATSD_PREFIX", "t", 1)
-            local h = assert(hooks.load("examples/hooks/statsd.lua"))
+            -- hooks cannot read the environment: configure a copy of the example
+            local f = assert(io.open("examples/hooks/statsd.lua", "rb"))
+            local text = f:read("*a")
+            f:close()
+            local n1, n2
+            text, n1 = text:gsub("\nlocal PORT = %d+\n", "\nlocal PORT = " .. lines[1] .. "\n")
+            text, n2 = text:gsub('\nlocal PREFIX = "relay"\n', '\nlocal PREFIX = "t"\n')
+            assert.are.same({ 1, 1 }, { n1, n2 })
+            local h = assert(load_text(text))
             h.on_event({ id = "1-0", outcome = "matched", matches = { "a/h" } })
             h.on_attempt({ app = "a", handler = "h.x", outcome = "failed", duration_ms = 12 })
             h.on_dlq({ app = "a", handler = "h" })
