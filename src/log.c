@@ -1,6 +1,14 @@
 /*
  * The log sink. Each record is assembled in memory and written with one
  * write(2), so lines from Relay and from handlers never interleave mid-line.
+ *
+ * A text record is exactly one line, whoever wrote it (Relay's Lua, C
+ * code, a handler's output): control bytes other than TAB, and DEL, are
+ * written as \xNN (lowercase hex), so a CR, a newline or a terminal escape
+ * in a message, a field or a handler line can neither end the record early
+ * nor forge another one. Backslash is not escaped here: the text format is
+ * for reading, and JSON keeps the exact bytes. Where a reader must find the
+ * end of a value (quoted field values), the Lua side escapes \ and ".
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -154,12 +162,36 @@ relay_json_quote(const char *s, size_t len, char *out, size_t out_cap)
 }
 
 
+/* Copies s to out with control bytes (but TAB) and DEL as \xNN; out must
+ * hold 4 * len bytes. Returns the bytes written. */
+static size_t
+text_escape(const char *s, size_t len, char *out)
+{
+    static const char HEX[] = "0123456789abcdef";
+    size_t n = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char) s[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            out[n++] = '\\';
+            out[n++] = 'x';
+            out[n++] = HEX[c >> 4];
+            out[n++] = HEX[c & 0x0f];
+        } else {
+            out[n++] = (char) c;
+        }
+    }
+    return n;
+}
+
+
 void
 relay_log_write(relay_log_level level, const char *msg, size_t msg_len, const char *fields, size_t fields_len)
 {
     char stamp[40];
     size_t stamp_len = format_timestamp(stamp, sizeof(stamp));
-    size_t cap = stamp_len + msg_len * 6 + fields_len + 64;
+    /* JSON quoting grows msg at most 6x; text escaping grows msg and fields at most 4x. */
+    size_t cap = stamp_len + msg_len * 6 + fields_len * 4 + 64;
     char *line = malloc(cap);
     size_t n;
 
@@ -176,12 +208,8 @@ relay_log_write(relay_log_level level, const char *msg, size_t msg_len, const ch
         line[n++] = '}';
     } else {
         n = (size_t) snprintf(line, cap, "%s %s ", stamp, LEVEL_TEXT[level]);
-        memcpy(line + n, msg, msg_len);
-        n += msg_len;
-        if (fields_len > 0) {
-            memcpy(line + n, fields, fields_len);
-            n += fields_len;
-        }
+        n += text_escape(msg, msg_len, line + n);
+        n += text_escape(fields, fields_len, line + n);
     }
     line[n++] = '\n';
     write_all(line, n);

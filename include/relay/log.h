@@ -19,11 +19,14 @@ void relay_log_configure(relay_log_level min_level, int json);
 int relay_log_enabled(relay_log_level level);
 int relay_log_json(void);
 
-/* Writes one record. fields is pre-rendered for the current format:
- * " key=value ..." for text, ",\"key\":value..." for JSON (or NULL). */
+/* Writes one record, at any level (callers filter with relay_log_enabled).
+ * fields is pre-rendered for the current format: " key=value ..." for text,
+ * ",\"key\":value..." for JSON (or NULL). A text record stays one line:
+ * control bytes (but TAB) and DEL in msg and fields are written as \xNN. */
 void relay_log_write(relay_log_level level, const char *msg, size_t msg_len, const char *fields, size_t fields_len);
 
-/* Writes raw bytes as one line (handler output in text mode). */
+/* Writes prefix and line as they are, then a newline: no timestamp, no
+ * escaping; Relay writes handler lines with relay_log_write instead. */
 void relay_log_raw_line(const char *prefix, size_t prefix_len, const char *line, size_t len);
 
 /* Appends s as a JSON string literal (with quotes) to out; invalid UTF-8

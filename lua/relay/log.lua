@@ -1,6 +1,13 @@
 --- Relay's log: text or JSON lines on stderr (relay.md section 7).
 --   log.info("message", { key = value, ... })
 -- Handler output goes through log.handler_line, which writes at every level.
+--
+-- A text record is one line, so that nothing a handler prints or a field
+-- holds can forge another record: the sink (src/log.c) writes control
+-- bytes (but TAB) and DEL as \xNN, in the message, the fields and handler
+-- lines alike. A field value with a space, '"', '=' or '\' (or an empty
+-- one) is quoted, with '\' and '"' escaped inside the quotes, so a reader
+-- can tell where it ends and that a \xNN in it came from the sink.
 local core = require("relay.core.log")
 local cjson = require("cjson.safe")
 
@@ -29,10 +36,26 @@ end
 
 local function text_value(value)
     local s = tostring(value)
-    if s == "" or s:find("[%s\"=]") then
-        return string.format("%q", s)
+    if s == "" or s:find("[%s\"=\\]") then
+        return '"' .. s:gsub('[\\"]', "\\%0") .. '"'
     end
     return s
+end
+
+
+--- A copy of a record's fields for on_log, tables copied too: a hook must
+-- not reach (and, say, set a metatable on) a table Relay still uses.
+local function plain_copy(t, seen)
+    seen = seen or {}
+    local c = {}
+    seen[t] = c
+    for k, v in next, t do
+        if type(v) == "table" then
+            v = seen[v] or plain_copy(v, seen)
+        end
+        c[k] = v
+    end
+    return c
 end
 
 
@@ -79,10 +102,7 @@ local function emit(level, msg, fields)
         return
     end
     if on_log then
-        local copy = {}
-        for k, v in pairs(fields or {}) do
-            copy[k] = v
-        end
+        local copy = plain_copy(fields or {})
         local ok, keep = pcall(on_log, { ts = now_ms(), level = level, msg = tostring(msg), fields = copy })
         if ok and keep == false then
             return
@@ -112,8 +132,10 @@ function _M.set_hook(fn)
 end
 
 
---- One line of handler output, written regardless of the level.
--- ctx = { app, handler, message_id, attempt }; stream = "stdout"|"stderr".
+--- One line of handler output, written regardless of the level (never
+-- passed to on_log). ctx = { app, handler, message_id, attempt };
+-- stream = "stdout"|"stderr". Text: an INFO record whose message is the
+-- prefix `[<app>/<handler> <message-id>#<attempt>] ` and the line.
 function _M.handler_line(ctx, stream, line)
     if core.is_json() then
         core.write("info", "handler output", render_fields({
@@ -122,7 +144,7 @@ function _M.handler_line(ctx, stream, line)
         }))
         return
     end
-    core.raw_line(string.format("[%s/%s %s#%d] ", ctx.app, ctx.handler, ctx.message_id, ctx.attempt), line)
+    core.write("info", string.format("[%s/%s %s#%d] ", ctx.app, ctx.handler, ctx.message_id, ctx.attempt) .. line)
 end
 
 

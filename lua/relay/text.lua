@@ -1,5 +1,20 @@
---- Small text helpers shared by the validators.
+--- Small text helpers shared by the validators and the CLI.
 local _M = {}
+
+
+local function hex_byte(c)
+    return string.format("\\x%02x", c:byte())
+end
+
+
+--- s for display on one line of a terminal: control bytes other than TAB,
+-- and DEL, become \xNN (lowercase hex), so no value can end its line,
+-- forge another one or drive the terminal. It is the mapping the text log
+-- uses (src/log.c). Backslash stays as it is: this is for reading, and
+-- JSON output keeps the exact bytes.
+function _M.escape(s)
+    return (s:gsub("[%z\1-\8\10-\31\127]", hex_byte))
+end
 
 
 --- Levenshtein distance between two short strings (typo suggestions).

@@ -16,7 +16,7 @@ local _M = {}
 local Daemon = {}
 Daemon.__index = Daemon
 
-local STAMP = "^%[([^/%s]+)/(%S+) (%S+)#(%d+)%] T (%a+) (%S+) (%d+) (%S+) (%d+)$"
+local STAMP = "^%S+ INFO  %[([^/%s]+)/(%S+) (%S+)#(%d+)%] T (%a+) (%S+) (%d+) (%S+) (%d+)$"
 
 
 --- A fresh temporary directory.

@@ -7,7 +7,9 @@ local build = require("relay.core.build")
 local cli = require("helpers.cli")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
+local redis = require("relay.redis")
 local runtime = require("relay.runtime")
+local scripts = require("relay.scripts")
 local world = require("helpers.world")
 
 local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
@@ -36,14 +38,23 @@ local function sorted(t)
 end
 
 
+--- XADD as `relay dlq replay` does: recorded as trusted, so its reserved
+-- fields are honoured (a producer's are dead-lettered: 62-…).
+local function xadd_trusted(w, ...)
+    return assert(redis.eval(w.r, scripts.publish_trusted, { "events", "relay:events:trusted" }, { ... }))
+end
+
+
 --- Output lines of one handler run, without the prefix (the prefix must
 -- be exactly `[<app>/<handler> <id>#<attempt>] `).
 local function output_of(d, app, handler, id, attempt)
     local prefix = string.format("[%s/%s %s#%d] ", app, handler, id, attempt)
     local out = {}
     for _, l in ipairs(d.lines) do
-        if l:sub(1, #prefix) == prefix then
-            out[#out + 1] = l:sub(#prefix + 1)
+        -- handler lines are INFO records: "<ts> INFO  [app/handler id#n] line"
+        local rest = l:match("^%S+ INFO  (.*)$")
+        if rest and rest:sub(1, #prefix) == prefix then
+            out[#out + 1] = rest:sub(#prefix + 1)
         end
     end
     return out
@@ -205,11 +216,12 @@ maybe("relay run", function()
         local d = w:daemon("c1")
         w:ready(d)
         -- the event itself matches multi.*; the target picks one handler
-        local id = w:xadd("event", '{"t":"multi"}', "relay_target", "wa/multi.second", "relay_replay_of", "1-1")
+        local id = xadd_trusted(w, "event", '{"t":"multi"}', "relay_target", "wa/multi.second",
+            "relay_replay_of", "1-1")
         -- a targeted event needs no match at all
-        local id2 = w:xadd("event", '{"t":"nobody"}', "relay_target", "wb/ok")
-        local gone = w:xadd("event", '{"t":"ok"}', "relay_target", "wa/nosuch")
-        local gone_app = w:xadd("event", '{"t":"ok"}', "relay_target", "nosuch/ok")
+        local id2 = xadd_trusted(w, "event", '{"t":"nobody"}', "relay_target", "wb/ok")
+        local gone = xadd_trusted(w, "event", '{"t":"ok"}', "relay_target", "wa/nosuch")
+        local gone_app = xadd_trusted(w, "event", '{"t":"ok"}', "relay_target", "nosuch/ok")
         d:wait_until(function()
             return w:inv(id)["~retained"] and w:inv(id2)["~retained"] and w:pending() == 0 and #w:dlq() == 2
         end, 15, "targeted messages settled")

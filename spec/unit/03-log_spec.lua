@@ -13,10 +13,23 @@ log.error("bad \"quote\"", { bytes = "caf\195\169 \255" })
 log.handler_line({ app = "users", handler = "created", message_id = "1-0", attempt = 2 }, "stdout", "raw \255 line")
 ]]
 
-local function run(level, format)
+-- Control bytes in a field, a message and a handler line; a backslash and
+-- a quote in a field; TAB, which stays as it is.
+local ESCAPES = [==[
+local log = require("relay.log")
+log.configure("info", arg[2])
+local nasty = "a\rb\27[2Jc\0d\ne\127f"
+log.info("field", { v = nasty })
+log.info("msg " .. nasty)
+log.info("quoting", { path = [[C:\dir\x1b]] .. "\"", plain = "x\27y", tab = "1\t2" })
+log.handler_line({ app = "a", handler = "h", message_id = "1-0", attempt = 1 }, "stderr",
+    "\r2026-01-01T00:00:00.000Z ERROR forged\nsecond")
+]==]
+
+local function run(level, format, script)
     local path = os.tmpname()
     local f = assert(io.open(path, "w"))
-    f:write(SCRIPT)
+    f:write(script or SCRIPT)
     f:close()
     local r = cli.run({ "x-lua", path, level, format })
     os.remove(path)
@@ -36,15 +49,42 @@ describe("log", function()
         assert.matches(' app=users count=3 ok=true text="two words"$', lines[1])
         assert.matches("Z WARN  careful$", lines[2])
         assert.matches("Z ERROR bad \"quote\" bytes=", lines[3])
-        -- handler output: the prefix and the line's bytes as written, at every level
-        assert.are.equal("[users/created 1-0#2] raw \255 line", lines[4])
+        -- handler output: a timestamp, the prefix and the line's bytes, at every level
+        assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ INFO  %[users/created 1%-0#2%] ", lines[4])
+        assert.are.equal("[users/created 1-0#2] raw \255 line", lines[4]:match("Z INFO  (.*)$"))
+    end)
+
+    it("keeps each text record on one line: control bytes become \\xNN", function()
+        local lines = run("info", "text", ESCAPES)
+        assert.are.equal(4, #lines)
+        local stamp = "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ INFO  "
+        for _, l in ipairs(lines) do
+            assert.matches(stamp, l)
+        end
+        assert.are.equal([[field v="a\x0db\x1b[2Jc\x00d\x0ae\x7ff"]], lines[1]:match("Z INFO  (.*)$"))
+        assert.are.equal([[msg a\x0db\x1b[2Jc\x00d\x0ae\x7ff]], lines[2]:match("Z INFO  (.*)$"))
+        -- quoted values escape \ and ", so a \xNN inside came from the sink
+        assert.are.equal([[quoting path="C:\\dir\\x1b\"" plain=x\x1by tab="1]] .. "\t" .. [[2"]],
+            lines[3]:match("Z INFO  (.*)$"))
+        assert.are.equal([[[a/h 1-0#1] \x0d2026-01-01T00:00:00.000Z ERROR forged\x0asecond]],
+            lines[4]:match("Z INFO  (.*)$"))
+    end)
+
+    it("escapes NUL, ESC and newlines in JSON records too", function()
+        local lines = run("info", "json", ESCAPES)
+        assert.are.equal(4, #lines)
+        -- DEL stays a raw byte: JSON allows it, and it cannot end a line
+        assert.matches([["v":"a\u000db\u001b[2Jc\u0000d\u000ae]] .. "\127" .. [[f"]], lines[1], 1, true)
+        assert.matches([["msg":"msg a\u000db\u001b[2Jc\u0000d\u000ae]] .. "\127" .. [[f"]], lines[2], 1, true)
+        assert.are.equal("a\rb\27[2Jc\0d\ne\127f", cjson.decode(lines[1]).v)
+        assert.are.equal("\r2026-01-01T00:00:00.000Z ERROR forged\nsecond", cjson.decode(lines[4]).line)
     end)
 
     it("filters by level but always writes handler output", function()
         local lines = run("error", "text")
         assert.are.equal(2, #lines)
         assert.matches("ERROR bad", lines[1])
-        assert.matches("^%[users/created 1%-0#2%] ", lines[2])
+        assert.matches("Z INFO  %[users/created 1%-0#2%] ", lines[2])
         assert.are.equal(5, #run("debug", "text"))
     end)
 

@@ -6,7 +6,9 @@ local dlq = require("relay.dlq")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
 local keys = require("relay.keys")
+local log = require("relay.log")
 local redis = require("relay.redis")
+local text = require("relay.text")
 
 local _M = {}
 
@@ -82,29 +84,45 @@ local function ls(args)
 end
 
 
-local function inspect(args)
-    local client, key = open(args)
-    local entry, err = dlq.get(client, key, args.id)
-    client:close()
-    if not entry then
-        if err then
-            exit.env(err)
-        end
-        exit.negative("no DLQ entry " .. args.id)
+-- inspect's text output: every line is a `name: value` field or an
+-- indented line of the event or output block, and control bytes in names
+-- and values are shown as \xNN, so no value can forge a line.
+local function print_field(name, value)
+    print(text.escape(name) .. ": " .. text.escape(value))
+end
+
+
+local function print_event(event)
+    print("event:")
+    local pretty = jsonfmt.pretty(event, "  ")
+    if pretty == "  " .. event then
+        -- not JSON: pretty returns it as it is, newlines and all, so it is
+        -- shown escaped on one line
+        print("  " .. text.escape(event))
+        return
     end
-    if args.json then
-        local record = { id = entry.id }
-        for k, v in pairs(entry.fields) do
-            record[k] = v
-        end
-        print(cjson.encode(record))
-        return 0
+    for line in (pretty .. "\n"):gmatch("(.-)\n") do
+        print(text.escape(line))  -- valid JSON has no raw newline: each is pretty's own
     end
-    print("id: " .. entry.id)
+end
+
+
+-- The output is the tail of the handler's stderr lines, joined with "\n":
+-- one indented line each.
+local function print_output(output)
+    print("output:")
+    for line in (output .. "\n"):gmatch("(.-)\n") do
+        print("  " .. text.escape(line))
+    end
+end
+
+
+local function print_entry(entry)
+    print_field("id", entry.id)
     local shown = { event = true, output = true }
     for _, name in ipairs(FIELD_ORDER) do
         if entry.fields[name] then
-            print(name .. ": " .. entry.fields[name])
+            print_field(name, entry.fields[name])
             shown[name] = true
         end
     end
@@ -116,16 +134,47 @@ local function inspect(args)
     end
     table.sort(rest)
     for _, name in ipairs(rest) do
-        print(name .. ": " .. entry.fields[name])
+        print_field(name, entry.fields[name])
     end
-    print("event:")
-    print(jsonfmt.pretty(entry.fields.event or "", "  "))
+    print_event(entry.fields.event or "")
     if entry.fields.output and entry.fields.output ~= "" then
-        print("output:")
-        for line in (entry.fields.output .. "\n"):gmatch("(.-)\n") do
-            print("  " .. line)
-        end
+        print_output(entry.fields.output)
     end
+end
+
+
+--- inspect --json: one object, fields sorted after "id". Quoted by the log's
+-- JSON quoting, which replaces invalid UTF-8 (a tail cut mid-character, a
+-- handler's binary output) with U+FFFD, so the object is always valid JSON.
+local function json_entry(entry)
+    local names = {}
+    for name in pairs(entry.fields) do
+        names[#names + 1] = name
+    end
+    table.sort(names)
+    local parts = { '{"id":' .. log.json_quote(entry.id) }
+    for _, name in ipairs(names) do
+        parts[#parts + 1] = log.json_quote(name) .. ":" .. log.json_quote(entry.fields[name])
+    end
+    return table.concat(parts, ",") .. "}"
+end
+
+
+local function inspect(args)
+    local client, key = open(args)
+    local entry, err = dlq.get(client, key, args.id)
+    client:close()
+    if not entry then
+        if err then
+            exit.env(err)
+        end
+        exit.negative("no DLQ entry " .. args.id)
+    end
+    if args.json then
+        print(json_entry(entry))
+        return 0
+    end
+    print_entry(entry)
     return 0
 end
 
