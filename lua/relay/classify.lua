@@ -3,6 +3,12 @@
 -- Precedence (relay.md section 5): relay_schedule, then relay_target, then event.
 local _M = {}
 
+-- Fields only Relay's own publishers may write (`relay dlq replay`, the
+-- scheduler); on an entry they did not record as trusted, a producer wrote
+-- them, and honouring them would run any handler on the producer's input.
+local RESERVED = { relay_schedule = true, relay_target = true, relay_replay_of = true, relay_occurrence = true }
+_M.UNTRUSTED = "reserved field from a producer"
+
 
 local function field_map(flat)
     local fields = {}
@@ -16,10 +22,27 @@ end
 _M.field_map = field_map
 
 
+--- True when an entry's flat field list (or redis.null) carries a reserved
+-- field, under any occurrence of the name.
+function _M.reserved(flat)
+    if type(flat) ~= "table" then
+        return false
+    end
+    for i = 1, #flat - 1, 2 do
+        if RESERVED[flat[i]] then
+            return true
+        end
+    end
+    return false
+end
+
+
 --- entry = { id, flat fields or redis.null }; m = { matcher, labels,
--- max_bytes, now_ms }. Returns a message table:
---   { id, kind = "missing"|"schedule"|"targeted"|"malformed"|"unmatched"|"matched",
+-- max_bytes, now_ms, trusted = set of trusted ids | false (unknown) }.
+-- Returns a message table:
+--   { id, kind = "missing"|"unverified"|"schedule"|"targeted"|"malformed"|"unmatched"|"matched",
 --     event, reason, labels = {"<app>/<handler>"…}, target, lineage, fields }
+-- "unverified": it carries reserved fields and the trusted set could not be read.
 function _M.classify(entry, m)
     local msg = { id = entry[1] }
     if type(entry[2]) ~= "table" then
@@ -29,6 +52,11 @@ function _M.classify(entry, m)
     local fields = field_map(entry[2])
     msg.fields = fields
     msg.event = fields.event
+    if _M.reserved(entry[2]) and not (m.trusted and m.trusted[msg.id]) then
+        msg.kind = m.trusted and "malformed" or "unverified"
+        msg.reason = _M.UNTRUSTED
+        return msg
+    end
     if fields.relay_replay_of then
         msg.lineage = { replay_of = fields.relay_replay_of }
     end

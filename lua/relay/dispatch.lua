@@ -181,13 +181,28 @@ local function run_invocation(w, msg, inv)
 end
 
 
+--- A handler's entry under `events:` only. A handler that appears only
+-- under `schedules:` runs from its schedule's occurrence (msg.entries), never
+-- from an event or a relay_target, which would hand it input its schedule
+-- never sends.
+local function event_entry(w, app_name, handler)
+    local entry, app = w.registry:handler(app_name, handler)
+    for _, ev in ipairs(entry and app.events or {}) do
+        if ev == entry then
+            return entry, app
+        end
+    end
+    return nil, app
+end
+
+
 --- The invocation record for a label, or nil plus "removed" / "unavailable".
 local function invocation_for(w, label, msg)
     local app_name, handler = label:match("^(.-)/(.*)$")
     if not app_name then
         return nil, "removed"
     end
-    local entry, app = w.registry:handler(app_name, handler)
+    local entry, app = event_entry(w, app_name, handler)
     local forced = msg and msg.entries and msg.entries[label]
     if forced then
         entry = forced  -- a schedule's own entry (its timeout and retries)
@@ -232,9 +247,6 @@ local function run_labels(w, msg, labels, ran)
 end
 
 
---- Processes a matched or targeted message (or an unmatched one whose state
--- still records invocations).
--- @return "acked" | "pending", retry_in_ms | nil, err (infrastructure)
 --- Resolves a schedule occurrence to its configured handler (events.md:
 -- separate dispatch path, no matching). Returns "acked" for an obsolete
 -- occurrence, "pending" while its app is unavailable, or nil to go on.
@@ -266,6 +278,9 @@ local function prepare_schedule(w, msg)
 end
 
 
+--- Processes a matched, targeted or schedule message (or an unmatched one
+-- whose state still records invocations).
+-- @return "acked" | "pending", retry_in_ms | nil, err (infrastructure)
 function _M.process(w, msg)
     if msg.kind == "schedule" then
         local settled, err = prepare_schedule(w, msg)
@@ -275,9 +290,9 @@ function _M.process(w, msg)
             return settled
         end
     end
-    if msg.kind == "targeted" and not invocation_for(w, msg.target) then
-        local _, why = invocation_for(w, msg.target)
-        if why == "removed" then
+    if msg.kind == "targeted" then
+        local inv, why = invocation_for(w, msg.target, msg)
+        if not inv and why == "removed" then
             local id, err = w.life:dead_letter_message(msg, "replay target not found")
             if not id then
                 return nil, err

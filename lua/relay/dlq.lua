@@ -3,6 +3,9 @@
 -- stream first and deletes the entry only after that succeeded, so a crash
 -- between the two leaves a duplicate, never a loss.
 local classify = require("relay.classify")
+local keys = require("relay.keys")
+local redis = require("relay.redis")
+local scripts = require("relay.scripts")
 
 local _M = {}
 
@@ -73,23 +76,30 @@ function _M.refusal(entry)
 end
 
 
+--- The fields of an entry's replay: its schedule occurrence, or its event
+-- targeted at its handler.
+local function replay_fields(entry)
+    local f = entry.fields
+    if f.relay_schedule then
+        return { "relay_schedule", f.relay_schedule, "relay_occurrence", f.relay_occurrence or "",
+            "relay_replay_of", entry.id }
+    end
+    return { "event", f.event, "relay_target", f.app .. "/" .. f.handler, "relay_replay_of", entry.id }
+end
+
+
 --- Re-publishes an entry to its original stream, targeted at its handler
--- (or as its schedule occurrence), then deletes it.
+-- (or as its schedule occurrence), then deletes it. The publish is one
+-- script that records the new entry as trusted: the daemon dead-letters
+-- reserved fields on any entry not recorded so.
 -- @return the new stream entry id | nil, err
 function _M.replay(client, key, entry)
-    local f = entry.fields
-    local stream = f.original_stream
+    local stream = entry.fields.original_stream
     if not stream or stream == "" then
         return nil, "it has no original_stream"
     end
-    local new_id, err
-    if f.relay_schedule then
-        new_id, err = client:call("XADD", stream, "*", "relay_schedule", f.relay_schedule,
-            "relay_occurrence", f.relay_occurrence or "", "relay_replay_of", entry.id)
-    else
-        new_id, err = client:call("XADD", stream, "*", "event", f.event,
-            "relay_target", f.app .. "/" .. f.handler, "relay_replay_of", entry.id)
-    end
+    local new_id, err = redis.eval(client, scripts.publish_trusted, { stream, keys.for_stream(stream).trusted },
+        replay_fields(entry))
     if not new_id then
         return nil, "publishing to " .. stream .. " failed: " .. tostring(err)
     end

@@ -1,5 +1,6 @@
 --- Schedules (relay.md section 4): every replica runs this tick; the atomic
--- publish script makes each occurrence appear on the stream exactly once.
+-- publish script makes each occurrence appear on the stream exactly once,
+-- recorded as trusted so that its relay_schedule field is honoured.
 -- The dispatch side (an entry with relay_schedule) lives in relay.dispatch.
 local cron = require("relay.cron")
 local keys = require("relay.keys")
@@ -71,7 +72,7 @@ function _M.tick(w, state)
                 if latest and state[id] ~= latest then
                     local text = cron.rfc3339(latest)
                     local r, perr = redis.eval(w.client, scripts.publish_occurrence,
-                        { k.sched(app.name, sched.name), w.cfg.stream }, { latest, id, text })
+                        { k.sched(app.name, sched.name), w.cfg.stream, k.trusted }, { latest, id, text })
                     if r == nil then
                         log.warn("scheduler: cannot publish", { schedule = id, error = perr })
                     else

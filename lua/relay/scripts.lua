@@ -7,6 +7,13 @@
 --   running:<attempt>:<token>:<lease-until-ms>   waiting:<attempt>:<next-attempt-at-ms>
 --   succeeded:<attempt>:<token>   exhausted:<attempt>:<token>   exhausted:<attempt>:<token>:dlq
 -- Reserved fields: `~retained` (terminal retention), `-/-` (dead letter without invocation).
+--
+-- Trusted entries: the reserved stream fields (relay_target, relay_schedule,
+-- relay_replay_of, relay_occurrence) count only on entries Relay's own
+-- publishers wrote. Those XADD through xadd_trusted, which records the new
+-- id in relay:<stream>:trusted in the same script, so no reader can see the
+-- entry without its record; producers, allowed only XADD on the stream,
+-- cannot write that key (README, Redis ACLs).
 local _M = {}
 
 -- Shared helpers, prepended to every script.
@@ -124,6 +131,15 @@ end
 local function instance_alive(prefix, token)
     local instance = string.match(token, '^(.*)%.[^.]*$')
     return instance ~= nil and redis.call('EXISTS', prefix .. instance) == 1
+end
+
+-- XADDs an entry Relay itself writes and records its id as trusted. The
+-- score is the id's milliseconds, so forgetting gone entries is one range
+-- removal.
+local function xadd_trusted(stream, trusted, fields)
+    local id = redis.call('XADD', stream, '*', unpack(fields))
+    redis.call('ZADD', trusted, tonumber(string.match(id, '^(%d+)')), id)
+    return id
 end
 
 local function backoff(ladder_csv, failed)
@@ -461,10 +477,10 @@ return redis.call('XTRIM', stream, 'MINID', min_ms .. '-' .. min_seq)
 -- Due-ness is decided here on Redis TIME. A schedule seen for the first
 -- time only records the latest past occurrence, so it first fires at its
 -- next one; after downtime only the latest missed occurrence fires.
--- KEYS: sched key, stream. ARGV: occurrence_ms, "<app>/<name>", RFC3339.
+-- KEYS: sched key, stream, trusted. ARGV: occurrence_ms, "<app>/<name>", RFC3339.
 -- Returns the entry id, "initialized", "published" (already) or "not-due".
 _M.publish_occurrence = PRELUDE .. [==[
-local key, stream = KEYS[1], KEYS[2]
+local key, stream, trusted = KEYS[1], KEYS[2], KEYS[3]
 local occurrence = tonumber(ARGV[1])
 if occurrence > now_ms() then
     return 'not-due'
@@ -478,7 +494,28 @@ if last >= occurrence then
     return 'published'
 end
 redis.call('SET', key, ARGV[1])
-return redis.call('XADD', stream, '*', 'relay_schedule', ARGV[2], 'relay_occurrence', ARGV[3])
+return xadd_trusted(stream, trusted, {'relay_schedule', ARGV[2], 'relay_occurrence', ARGV[3]})
+]==]
+
+
+--- Publishes an entry carrying reserved fields (a DLQ replay) as trusted.
+-- KEYS: stream, trusted. ARGV: field/value pairs. Returns the entry id.
+_M.publish_trusted = PRELUDE .. [==[
+return xadd_trusted(KEYS[1], KEYS[2], ARGV)
+]==]
+
+
+--- Forgets the trusted records of entries no longer in the stream: every
+-- id below the first remaining entry (trimmed by Relay, by a producer's
+-- MAXLEN or deleted), all of them once the stream is empty. Records of
+-- entries still in the stream stay, so a redelivery, a reclaim or a group
+-- recreated at 0 still finds them. KEYS: stream, trusted. Returns how many.
+_M.forget_trusted = [==[
+local first = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+if not first then
+    return redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -1)
+end
+return redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.match(first[1], '^(%d+)'))
 ]==]
 
 

@@ -17,6 +17,7 @@ local redis = require("relay.redis")
 local registry = require("relay.registry")
 local runtime = require("relay.runtime")
 local scheduler = require("relay.scheduler")
+local scripts = require("relay.scripts")
 local sync = require("relay.sync")
 
 local _M = {}
@@ -138,11 +139,41 @@ function Worker:schedule_local_retry(msg, retry_in_ms)
 end
 
 
-function Worker:classifier()
+function Worker:classifier(trusted)
     return {
         matcher = self.registry.matcher, labels = self.registry.labels, max_bytes = self.cfg.max_event_bytes,
-        now_ms = loop.now_ms, validate = matcher_core.validate_object,
+        now_ms = loop.now_ms, validate = matcher_core.validate_object, trusted = trusted,
     }
+end
+
+
+--- Which of a batch's entries carrying reserved fields Relay's own
+-- publishers recorded as trusted: a set of ids. One ZMSCORE for the batch,
+-- none when no entry carries a reserved field. false when Redis cannot
+-- tell: those entries then stay pending for the reclaim sweep, as on any
+-- infrastructure failure (never dead-lettered on a guess).
+function Worker:trusted_ids(entries)
+    local ids = {}
+    for _, entry in ipairs(entries) do
+        if not self.inflight[entry[1]] and classify.reserved(entry[2]) then
+            ids[#ids + 1] = entry[1]
+        end
+    end
+    if #ids == 0 then
+        return {}
+    end
+    local scores, err = self.client:call("ZMSCORE", self.keys.trusted, unpack(ids))
+    if type(scores) ~= "table" then
+        log.warn("cannot check entries with reserved fields; they stay pending", { error = err, count = #ids })
+        return false
+    end
+    local set = {}
+    for i, id in ipairs(ids) do
+        if scores[i] ~= redis.null then
+            set[id] = true
+        end
+    end
+    return set
 end
 
 
@@ -162,14 +193,14 @@ end
 -- while the reader goes on (at most SETTLERS batches in flight). first =
 -- the entries come from a ">" read: never delivered before.
 function Worker:handle_batch(entries, first)
-    local classifier = self:classifier()
+    local classifier = self:classifier(self:trusted_ids(entries))
     local missing, unmatched, by_id = {}, {}, {}
     for _, entry in ipairs(entries) do
         if not self.inflight[entry[1]] then
             local msg = classify.classify(entry, classifier)
             if msg.kind == "missing" then
                 missing[#missing + 1] = msg.id
-            elseif msg.kind ~= "schedule" then  -- schedule or obsolete: decided by dispatch
+            elseif msg.kind ~= "schedule" and msg.kind ~= "unverified" then  -- schedule: decided by dispatch
                 self.metrics.event(msg.kind, msg)
             end
             if msg.kind == "unmatched" then
@@ -370,12 +401,21 @@ function Worker:reload(why)
 end
 
 
+--- Trims old acknowledged entries (unless RELAY_RETENTION=0), then forgets
+-- the trusted records of every entry no longer in the stream, whoever
+-- removed it: the record set never outgrows the stream.
 function Worker:trim()
-    local removed, err = self.life:trim(self.cfg.retention_ms)
-    if removed == nil then
-        log.warn("trimming the stream failed", { error = err })
-    elseif removed > 0 then
-        log.debug("trimmed acknowledged entries", { count = removed })
+    if self.cfg.retention_ms > 0 then
+        local removed, err = self.life:trim(self.cfg.retention_ms)
+        if removed == nil then
+            log.warn("trimming the stream failed", { error = err })
+        elseif removed > 0 then
+            log.debug("trimmed acknowledged entries", { count = removed })
+        end
+    end
+    local forgotten, err = redis.eval(self.client, scripts.forget_trusted, { self.cfg.stream, self.keys.trusted }, {})
+    if forgotten == nil then
+        log.warn("forgetting trusted records failed", { error = err })
     end
 end
 
@@ -434,7 +474,8 @@ end
 
 
 function Worker:start_runtime()
-    self.rt = runtime.new({ runtime = self.cfg.runtime, state_dir = self.cfg.state_dir, consumer = self.cfg.consumer })
+    self.rt = runtime.new({ runtime = self.cfg.runtime, state_dir = self.cfg.state_dir, images = self.cfg.images,
+        consumer = self.cfg.consumer })
     local ok, swept = pcall(runtime.sweep, self.rt)
     if not ok then
         log.warn("orphan cleanup failed", { error = swept })
@@ -489,9 +530,7 @@ function _M.run(cfg, opts)
     loop.spawn(function() w:read_loop() end)
     w:every(w.constants.reclaim_every_ms, Worker.reclaim_once)
     w:every(w.constants.housekeeping_every_ms, Worker.housekeeping)
-    if cfg.retention_ms > 0 then
-        w:every(w.constants.trim_every_ms, Worker.trim)
-    end
+    w:every(w.constants.trim_every_ms, Worker.trim)
     local schedule_state = {}
     w:every(w.constants.schedule_tick_ms, function(self) scheduler.tick(self, schedule_state) end)
     if opts.on_ready then
