@@ -61,7 +61,8 @@ describe("seccomp profile", function()
             assert.matches("^SCMP_ARCH_", arch)
         end
         if jit.arch == "x64" then
-            assert.are.same({ "SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32" }, p.architectures)
+            -- the native ABI only: a filter per 32-bit ABI made runc starts ~11 ms slower
+            assert.are.same({ "SCMP_ARCH_X86_64" }, p.architectures)
         end
         local first = p.syscalls[1]
         assert.are.equal("SCMP_ACT_ALLOW", first.action)
