@@ -61,25 +61,34 @@ struct relay_http_server {
     int nconns;
 };
 
-static const char BUSY_REPLY[] =
-    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
+static const char BUSY_REPLY[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                                 "Content-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
 
 
 static const char *
 status_text(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
     }
 }
 
@@ -123,8 +132,8 @@ conn_close(conn *c)
 static int
 is_tchar(unsigned char ch)
 {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9')
+           || (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
 }
 
 
@@ -134,7 +143,7 @@ parse_request_line(const char *p, size_t len, char *method, char *path, int *min
 {
     size_t i = 0, start;
 
-    while (i < len && is_tchar((unsigned char) p[i])) {
+    while (i < len && is_tchar((unsigned char)p[i])) {
         i++;
     }
     if (i == 0 || i >= MAX_METHOD || i >= len || p[i] != ' ') {
@@ -152,8 +161,8 @@ parse_request_line(const char *p, size_t len, char *method, char *path, int *min
     memcpy(path, p + start, i - start);
     path[i - start] = '\0';
     i++;
-    if (len - i != 8 || memcmp(p + i, "HTTP/", 5) != 0 || p[i + 6] != '.' ||
-        p[i + 5] < '0' || p[i + 5] > '9' || p[i + 7] < '0' || p[i + 7] > '9') {
+    if (len - i != 8 || memcmp(p + i, "HTTP/", 5) != 0 || p[i + 6] != '.' || p[i + 5] < '0' || p[i + 5] > '9'
+        || p[i + 7] < '0' || p[i + 7] > '9') {
         return 400;
     }
     if (p[i + 5] != '1') {
@@ -170,14 +179,14 @@ parse_header(const char *p, size_t len, int *hosts)
 {
     size_t i = 0;
 
-    while (i < len && is_tchar((unsigned char) p[i])) {
+    while (i < len && is_tchar((unsigned char)p[i])) {
         i++;
     }
     if (i == 0 || i >= len || p[i] != ':') {
-        return 400;  /* also obs-fold and whitespace before the colon */
+        return 400; /* also obs-fold and whitespace before the colon */
     }
     for (size_t j = i + 1; j < len; j++) {
-        unsigned char ch = (unsigned char) p[j];
+        unsigned char ch = (unsigned char)p[j];
         if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
             return 400;
         }
@@ -192,7 +201,7 @@ parse_header(const char *p, size_t len, int *hosts)
             j++;
         }
         if (len - j != 1 || p[j] != '0') {
-            return 400;  /* GET carries no body here */
+            return 400; /* GET carries no body here */
         }
     }
     return 0;
@@ -208,14 +217,14 @@ parse_head(const char *head, size_t len, char *method, char *path)
     int minor = 0, hosts = 0, status;
 
     for (size_t i = 0; i < len; i++) {
-        if ((head[i] == '\n' && (i == 0 || head[i - 1] != '\r')) ||
-            (head[i] == '\r' && (i + 1 >= len || head[i + 1] != '\n')) || head[i] == '\0') {
-            return 400;  /* bare CR or LF, or NUL */
+        if ((head[i] == '\n' && (i == 0 || head[i - 1] != '\r'))
+            || (head[i] == '\r' && (i + 1 >= len || head[i + 1] != '\n')) || head[i] == '\0') {
+            return 400; /* bare CR or LF, or NUL */
         }
     }
     for (int first = 1; line < end; first = 0) {
-        const char *eol = memchr(line, '\r', (size_t) (end - line));
-        size_t n = eol != NULL ? (size_t) (eol - line) : (size_t) (end - line);
+        const char *eol = memchr(line, '\r', (size_t)(end - line));
+        size_t n = eol != NULL ? (size_t)(eol - line) : (size_t)(end - line);
         status = first ? parse_request_line(line, n, method, path, &minor) : parse_header(line, n, &hosts);
         if (status != 0) {
             return status;
@@ -238,14 +247,14 @@ queue_reply(conn *c, int status, const char *type, const char *body, size_t body
                      "Cache-Control: no-store\r\n%sConnection: close\r\n\r\n",
                      status, status_text(status), type, body_len, status == 405 ? "Allow: GET\r\n" : "");
 
-    c->out = malloc((size_t) n + body_len);
+    c->out = malloc((size_t)n + body_len);
     if (c->out == NULL) {
         conn_close(c);
         return;
     }
-    memcpy(c->out, head, (size_t) n);
+    memcpy(c->out, head, (size_t)n);
     memcpy(c->out + n, body, body_len);
-    c->out_len = (size_t) n + body_len;
+    c->out_len = (size_t)n + body_len;
     c->out_off = 0;
     c->state = WRITING;
     ev_io_stop(c->srv->loop, &c->io);
@@ -260,7 +269,7 @@ queue_error(conn *c, int status)
     char body[64];
     int n = snprintf(body, sizeof(body), "%s\n", status_text(status));
 
-    queue_reply(c, status, "text/plain; charset=utf-8", body, (size_t) n);
+    queue_reply(c, status, "text/plain; charset=utf-8", body, (size_t)n);
 }
 
 
@@ -310,17 +319,17 @@ on_readable(conn *c)
             return;
         }
         if (n <= 0) {
-            conn_close(c);  /* the peer left before finishing its request */
+            conn_close(c); /* the peer left before finishing its request */
             return;
         }
-        c->in_len += (size_t) n;
+        c->in_len += (size_t)n;
         for (size_t i = before >= 3 ? before - 3 : 0; i + 2 <= c->in_len; i++) {
             if (i + 4 <= c->in_len && memcmp(c->in + i, "\r\n\r\n", 4) == 0) {
                 respond(c, c->in, i);
                 return;
             }
             if (memcmp(c->in + i, "\n\n", 2) == 0) {
-                queue_error(c, 400);  /* bare LF line ends: refuse rather than wait */
+                queue_error(c, 400); /* bare LF line ends: refuse rather than wait */
                 return;
             }
         }
@@ -363,7 +372,7 @@ on_writable(conn *c)
             conn_close(c);
             return;
         }
-        c->out_off += (size_t) n;
+        c->out_off += (size_t)n;
     }
     enter_linger(c);
 }
@@ -395,12 +404,18 @@ conn_io_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     conn *c = w->data;
 
-    (void) loop;
-    (void) revents;
+    (void)loop;
+    (void)revents;
     switch (c->state) {
-    case READING: on_readable(c); break;
-    case WRITING: on_writable(c); break;
-    case LINGER: drain_linger(c); break;
+    case READING:
+        on_readable(c);
+        break;
+    case WRITING:
+        on_writable(c);
+        break;
+    case LINGER:
+        drain_linger(c);
+        break;
     }
 }
 
@@ -410,9 +425,9 @@ conn_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     conn *c = w->data;
 
-    (void) loop;
-    (void) revents;
-    conn_close(c);  /* a slow or silent client gets nothing, not a stall */
+    (void)loop;
+    (void)revents;
+    conn_close(c); /* a slow or silent client gets nothing, not a stall */
 }
 
 
@@ -449,7 +464,7 @@ accept_pause_cb(struct ev_loop *loop, ev_timer *w, int revents)
 {
     relay_http_server *s = w->data;
 
-    (void) revents;
+    (void)revents;
     ev_io_start(loop, &s->accept_io);
 }
 
@@ -459,7 +474,7 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
 {
     relay_http_server *s = w->data;
 
-    (void) revents;
+    (void)revents;
     for (int i = 0; i < 16; i++) {
         int fd = accept(s->fd, NULL, NULL);
         if (fd < 0) {
@@ -474,7 +489,7 @@ accept_cb(struct ev_loop *loop, ev_io *w, int revents)
         if (set_nonblocking(fd) < 0) {
             close(fd);
         } else if (s->nconns >= s->lim.max_connections) {
-            (void) send(fd, BUSY_REPLY, sizeof(BUSY_REPLY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)send(fd, BUSY_REPLY, sizeof(BUSY_REPLY) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             close(fd);
         } else {
             conn_open(s, fd);
@@ -522,8 +537,8 @@ bind_listener(const char *host, int port, int *bound_port, char *err, size_t err
         return -1;
     }
     *bound_port = port;
-    if (getsockname(fd, (struct sockaddr *) &ss, &sl) == 0) {
-        if (getnameinfo((struct sockaddr *) &ss, sl, NULL, 0, serv, sizeof(serv), NI_NUMERICSERV) == 0) {
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (getnameinfo((struct sockaddr *)&ss, sl, NULL, 0, serv, sizeof(serv), NI_NUMERICSERV) == 0) {
             *bound_port = atoi(serv);
         }
     }
@@ -556,8 +571,7 @@ relay_http_listen(struct ev_loop *loop, const char *host, int port, const relay_
     s->ud = ud;
     s->lim.max_request_bytes = limits && limits->max_request_bytes ? limits->max_request_bytes : DEFAULT_MAX_REQUEST;
     s->lim.timeout_s = limits && limits->timeout_s > 0 ? limits->timeout_s : DEFAULT_TIMEOUT_S;
-    s->lim.max_connections = limits && limits->max_connections > 0 ? limits->max_connections
-                                                                    : DEFAULT_MAX_CONNECTIONS;
+    s->lim.max_connections = limits && limits->max_connections > 0 ? limits->max_connections : DEFAULT_MAX_CONNECTIONS;
     ev_io_init(&s->accept_io, accept_cb, fd, EV_READ);
     s->accept_io.data = s;
     ev_timer_init(&s->accept_pause, accept_pause_cb, ACCEPT_PAUSE_S, 0.);

@@ -39,11 +39,17 @@ typedef struct scan_error {
 
 /* Bytes that end a plain run inside a string: '"', '\\', controls, non-ASCII. */
 static const unsigned char string_stop[256] = {
-    [0 ... 0x1f] = 1, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 1,
+    [0 ... 0x1f] = 1,
+    ['"'] = 1,
+    ['\\'] = 1,
+    [0x80 ... 0xff] = 1,
 };
 
 static const unsigned char is_space[256] = {
-    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1,
+    [' '] = 1,
+    ['\t'] = 1,
+    ['\n'] = 1,
+    ['\r'] = 1,
 };
 
 
@@ -53,7 +59,7 @@ load64(cursor p)
 {
     uint64_t x;
 
-    memcpy(&x, p, sizeof x);
+    memcpy(&x, p, sizeof(x));
     return x;
 }
 
@@ -71,8 +77,9 @@ zero_bytes(uint64_t x)
 static inline cursor
 skip_space(cursor p, cursor end)
 {
-    while (p < end && is_space[*p])
+    while (p < end && is_space[*p]) {
         p++;
+    }
     return p;
 }
 
@@ -110,17 +117,20 @@ scan_number_window(cursor p)
     unsigned i = *p == '-', j, n;
 
     n = (unsigned)__builtin_ctzll(other >> i);
-    if (n == 0 || (n > 1 && p[i] == '0'))
+    if (n == 0 || (n > 1 && p[i] == '0')) {
         return NULL;
+    }
     j = i + n;
     if (j < 32 && p[j] == '.') {
         n = (unsigned)__builtin_ctzll(other >> (j + 1));
-        if (n == 0)
+        if (n == 0) {
             return NULL;
+        }
         j += 1 + n;
     }
-    if (j >= 32 || (p[j] | 0x20) == 'e')
+    if (j >= 32 || (p[j] | 0x20) == 'e') {
         return NULL;
+    }
     return p + j;
 }
 #endif
@@ -134,16 +144,17 @@ skip_digits(cursor p, cursor end)
     while (end - p >= 16) {
         unsigned digit = (unsigned)digit_mask16(p);
 
-        if (digit != 0xffff)
+        if (digit != 0xffff) {
             return p + __builtin_ctz(~digit);
+        }
         p += 16;
     }
 #elif SCAN_SWAR
     while (end - p >= 8) {
         uint64_t x = load64(p);
-        uint64_t bad = ((x & UINT64_C(0xf0f0f0f0f0f0f0f0)) ^ UINT64_C(0x3030303030303030))
-                       | (((x + UINT64_C(0x0606060606060606)) & UINT64_C(0xf0f0f0f0f0f0f0f0))
-                          ^ UINT64_C(0x3030303030303030));
+        uint64_t bad =
+            ((x & UINT64_C(0xf0f0f0f0f0f0f0f0)) ^ UINT64_C(0x3030303030303030))
+            | (((x + UINT64_C(0x0606060606060606)) & UINT64_C(0xf0f0f0f0f0f0f0f0)) ^ UINT64_C(0x3030303030303030));
 
         if (bad) {
             /* Turn "byte nonzero" into its high bit, then find the first. */
@@ -153,8 +164,9 @@ skip_digits(cursor p, cursor end)
         p += 8;
     }
 #endif
-    while (p < end && (unsigned)(*p - '0') < 10)
+    while (p < end && (unsigned)(*p - '0') < 10) {
         p++;
+    }
     return p;
 }
 
@@ -166,11 +178,13 @@ scan_number(cursor p, cursor end, scan_error *err)
     cursor q;
 
 #ifdef __SSE2__
-    if (end - p >= 32 && (q = scan_number_window(p)))
+    if (end - p >= 32 && (q = scan_number_window(p))) {
         return q;
+    }
 #endif
-    if (*p == '-')
+    if (*p == '-') {
         p++;
+    }
     if (p < end && *p == '0') {
         p++;
         if (p < end && (unsigned)(*p - '0') < 10) {
@@ -193,8 +207,9 @@ scan_number(cursor p, cursor end, scan_error *err)
     }
     if (p < end && (*p | 0x20) == 'e') {
         p++;
-        if (p < end && (*p == '+' || *p == '-'))
+        if (p < end && (*p == '+' || *p == '-')) {
             p++;
+        }
         q = skip_digits(p, end);
         if (q == p) {
             fail(err, "expected a digit in exponent", q);
@@ -215,27 +230,32 @@ utf8_sequence(cursor p, cursor end)
     unsigned c = p[0], lo = 0x80, hi = 0xbf;
     size_t n, i;
 
-    if (c >= 0xc2 && c <= 0xdf)
+    if (c >= 0xc2 && c <= 0xdf) {
         n = 2;
-    else if (c >= 0xe0 && c <= 0xef)
+    } else if (c >= 0xe0 && c <= 0xef) {
         n = 3;
-    else if (c >= 0xf0 && c <= 0xf4)
+    } else if (c >= 0xf0 && c <= 0xf4) {
         n = 4;
-    else
+    } else {
         return 0;
-    if (c == 0xe0)
+    }
+    if (c == 0xe0) {
         lo = 0xa0;
-    else if (c == 0xed)
+    } else if (c == 0xed) {
         hi = 0x9f;
-    else if (c == 0xf0)
+    } else if (c == 0xf0) {
         lo = 0x90;
-    else if (c == 0xf4)
+    } else if (c == 0xf4) {
         hi = 0x8f;
-    if ((size_t)(end - p) < n || p[1] < lo || p[1] > hi)
+    }
+    if ((size_t)(end - p) < n || p[1] < lo || p[1] > hi) {
         return 0;
-    for (i = 2; i < n; i++)
-        if ((p[i] & 0xc0) != 0x80)
+    }
+    for (i = 2; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
             return 0;
+        }
+    }
     return n;
 }
 
@@ -246,17 +266,19 @@ hex4(cursor p, cursor end, unsigned *out)
     unsigned v = 0;
     int i;
 
-    if (end - p < 4)
+    if (end - p < 4) {
         return -1;
+    }
     for (i = 0; i < 4; i++) {
         unsigned c = p[i], d;
 
-        if ((unsigned)(c - '0') < 10)
+        if ((unsigned)(c - '0') < 10) {
             d = c - '0';
-        else if ((unsigned)((c | 0x20) - 'a') < 6)
+        } else if ((unsigned)((c | 0x20) - 'a') < 6) {
             d = (c | 0x20) - 'a' + 10;
-        else
+        } else {
             return -1;
+        }
         v = v << 4 | d;
     }
     *out = v;
@@ -277,7 +299,14 @@ scan_escape(cursor p, cursor end, scan_error *err)
         return NULL;
     }
     switch (p[1]) {
-    case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+    case '"':
+    case '\\':
+    case '/':
+    case 'b':
+    case 'f':
+    case 'n':
+    case 'r':
+    case 't':
         return p + 2;
     case 'u':
         break;
@@ -293,10 +322,10 @@ scan_escape(cursor p, cursor end, scan_error *err)
         fail(err, "lone surrogate in \\u escape", p);
         return NULL;
     }
-    if (u < 0xd800 || u > 0xdbff)
+    if (u < 0xd800 || u > 0xdbff) {
         return p + 6;
-    if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || hex4(p + 8, end, &lo) < 0
-        || lo < 0xdc00 || lo > 0xdfff) {
+    }
+    if (end - p < 12 || p[6] != '\\' || p[7] != 'u' || hex4(p + 8, end, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff) {
         fail(err, "lone surrogate in \\u escape", p);
         return NULL;
     }
@@ -313,31 +342,32 @@ skip_plain(cursor p, cursor end)
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
         /* Signed compare: bytes >= 0x80 are negative, so this one test
          * catches both controls and non-ASCII. */
-        __m128i stop = _mm_or_si128(
-            _mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-            _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
-                         _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+        __m128i stop =
+            _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                         _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
         unsigned mask = (unsigned)_mm_movemask_epi8(stop);
 
-        if (mask)
+        if (mask) {
             return p + __builtin_ctz(mask);
+        }
         p += 16;
     }
 #elif SCAN_SWAR
     while (end - p >= 8) {
         uint64_t x = load64(p);
-        uint64_t stop = (x | ((x - UINT64_C(0x2020202020202020)) & ~x)
-                         | zero_bytes(x ^ UINT64_C(0x2222222222222222))
+        uint64_t stop = (x | ((x - UINT64_C(0x2020202020202020)) & ~x) | zero_bytes(x ^ UINT64_C(0x2222222222222222))
                          | zero_bytes(x ^ UINT64_C(0x5c5c5c5c5c5c5c5c)))
                         & HIGHS;
 
-        if (stop)
+        if (stop) {
             return p + (__builtin_ctzll(stop) >> 3);
+        }
         p += 8;
     }
 #endif
-    while (p < end && !string_stop[*p])
+    while (p < end && !string_stop[*p]) {
         p++;
+    }
     return p;
 }
 
@@ -355,12 +385,14 @@ scan_string(cursor p, cursor end, int *escaped, scan_error *err)
             fail(err, "unterminated string", end);
             return NULL;
         }
-        if (*p == '"')
+        if (*p == '"') {
             return p;
+        }
         if (*p == '\\') {
             *escaped = 1;
-            if (!(p = scan_escape(p, end, err)))
+            if (!(p = scan_escape(p, end, err))) {
                 return NULL;
+            }
         } else if (*p < 0x20) {
             fail(err, "control character in string", p);
             return NULL;
@@ -402,8 +434,9 @@ typedef struct scanner {
 static inline void
 report_scalar(scanner *s, int32_t slot, relay_json_type type, cursor from, cursor to, int esc)
 {
-    if (slot >= 0)
+    if (slot >= 0) {
         s->v->on_scalar(s->v->ctx, slot, type, (const char *)from, (size_t)(to - from), esc);
+    }
 }
 
 
@@ -413,10 +446,12 @@ open_container(scanner *s, int32_t slot, int object)
 {
     int32_t tok = -1;
 
-    if (s->depth == RELAY_JSON_MAX_DEPTH)
+    if (s->depth == RELAY_JSON_MAX_DEPTH) {
         return -1;
-    if (slot >= 0)
+    }
+    if (slot >= 0) {
         tok = object ? s->v->on_object(s->v->ctx, slot) : s->v->on_array(s->v->ctx, slot);
+    }
     s->depth++;
     s->token[s->depth] = tok;
     s->is_object[s->depth] = (unsigned char)object;
@@ -452,12 +487,13 @@ classify_scalar(cursor p, block_masks *m)
 {
     unsigned i;
 
-    memset(m, 0, sizeof *m);
+    memset(m, 0, sizeof(*m));
     for (i = 0; i < 64; i++) {
         uint64_t bit = UINT64_C(1) << i;
 
-        if ((unsigned)(p[i] - '0') < 10)
+        if ((unsigned)(p[i] - '0') < 10) {
             m->digit |= bit;
+        }
         m->zero |= p[i] == '0' ? bit : 0;
         m->minus |= p[i] == '-' ? bit : 0;
         m->dot |= p[i] == '.' ? bit : 0;
@@ -481,7 +517,7 @@ classify_sse2(cursor p, block_masks *m)
 {
     unsigned i;
 
-    memset(m, 0, sizeof *m);
+    memset(m, 0, sizeof(*m));
     for (i = 0; i < 64; i += 16) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
 
@@ -514,11 +550,8 @@ classify_avx2(cursor p, block_masks *m)
     __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
     __m256i bias = _mm256_set1_epi8((char)('0' + 128)), ten = _mm256_set1_epi8((char)(-128 + 10));
 
-    m->digit = (uint64_t)(uint32_t)_mm256_movemask_epi8(
-                   _mm256_cmpgt_epi8(ten, _mm256_sub_epi8(lo, bias)))
-               | (uint64_t)(uint32_t)_mm256_movemask_epi8(
-                     _mm256_cmpgt_epi8(ten, _mm256_sub_epi8(hi, bias)))
-                     << 32;
+    m->digit = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(ten, _mm256_sub_epi8(lo, bias)))
+               | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(ten, _mm256_sub_epi8(hi, bias))) << 32;
     m->zero = eq32(lo, '0') | eq32(hi, '0') << 32;
     m->minus = eq32(lo, '-') | eq32(hi, '-') << 32;
     m->dot = eq32(lo, '.') | eq32(hi, '.') << 32;
@@ -542,9 +575,10 @@ relay_json_set_simd(int level)
 
 #if SCAN_AVX2
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi")
-        && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2")
+        && __builtin_cpu_supports("popcnt")) {
         best = pick = RELAY_JSON_SIMD_AVX2;
+    }
 #endif
     simd_level = level < 0 ? pick : level > best ? best : level;
     return simd_level;
@@ -565,12 +599,12 @@ block_errors(const block_masks *m)
     uint64_t starts = d & (pc | po | m->minus << 1);
     uint64_t bad = ~(d | m->minus | m->dot | c | o | x);
 
-    bad |= d & px;                             /* digit after ']' */
-    bad |= m->dot & ~pd;                       /* '.' only after a digit */
-    bad |= (m->minus | o) & ~(pc | po);        /* '-' and '[' start a value */
-    bad |= c & ~(pd | px);                     /* ',' ends a value */
-    bad |= x & ~(pd | px | po);                /* ']' ends a value or [] */
-    bad |= (starts & m->zero) << 1 & d;        /* leading zero */
+    bad |= d & px;                      /* digit after ']' */
+    bad |= m->dot & ~pd;                /* '.' only after a digit */
+    bad |= (m->minus | o) & ~(pc | po); /* '-' and '[' start a value */
+    bad |= c & ~(pd | px);              /* ',' ends a value */
+    bad |= x & ~(pd | px | po);         /* ']' ends a value or [] */
+    bad |= (starts & m->zero) << 1 & d; /* leading zero */
     /* Adding a fraction's first bit carries to just past its digit run,
      * which must not be another '.' ("1.2.3"). */
     bad |= ((m->dot << 1) + d) & ~d & m->dot;
@@ -591,8 +625,7 @@ typedef struct block_cut {
  * base) or would close the base array, or a '[' beyond the depth limit.
  * Returns 1 with *cut set when it stopped. */
 static inline int
-block_brackets(scanner *s, uint64_t b, uint64_t close, int base, int base_object,
-               block_cut *cut)
+block_brackets(scanner *s, uint64_t b, uint64_t close, int base, int base_object, block_cut *cut)
 {
     int d = s->depth, stop = 0;
 
@@ -655,11 +688,13 @@ block_commit(scanner *s, const block_masks *m, int base, int base_object, int *a
     k = commas ? 64 - (unsigned)__builtin_clzll(commas) : 0;
     brackets = (m->open | m->close) & below(limit);
     *after = 0;
-    if (block_brackets(s, brackets & below(k), m->close, base, base_object, &cut))
+    if (block_brackets(s, brackets & below(k), m->close, base, base_object, &cut)) {
         goto cut;
+    }
     depth = s->depth;
-    if (block_brackets(s, brackets & ~below(k), m->close, base, base_object, &cut))
+    if (block_brackets(s, brackets & ~below(k), m->close, base, base_object, &cut)) {
         goto cut;
+    }
     s->depth = depth;
     return k;
 cut:
@@ -672,31 +707,30 @@ cut:
  * each can be compiled for its own instruction set. The tail is copied into
  * NUL padding, which is never valid, so nothing past `end` is committed;
  * it has its own loop so the main one makes no calls. */
-#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                  \
-    static cursor                                                              \
-    name(scanner *s, cursor p, cursor end, int *after)                         \
-    {                                                                          \
-        int base = s->depth, base_object = s->is_object[base];                 \
-        unsigned char pad[64];                                                 \
-        block_masks m;                                                         \
-        unsigned k;                                                            \
-                                                                               \
-        while (end - p >= 64) {                                                \
-            classify_fn(p, &m);                                                \
-            k = block_commit(s, &m, base, base_object, after);                 \
-            p += k;                                                            \
-            if (k == 0 || *after)                                              \
-                return p;                                                      \
-        }                                                                      \
-        for (;;) {                                                             \
-            memset(pad, 0, sizeof pad);                                        \
-            memcpy(pad, p, (size_t)(end - p));                                 \
-            classify_fn(pad, &m);                                              \
-            k = block_commit(s, &m, base, base_object, after);                 \
-            p += k;                                                            \
-            if (k == 0 || *after)                                              \
-                return p;                                                      \
-        }                                                                      \
+#define DEFINE_SKIP_BLOCKS(name, classify_fn)                        \
+    static cursor name(scanner *s, cursor p, cursor end, int *after) \
+    {                                                                \
+        int base = s->depth, base_object = s->is_object[base];       \
+        unsigned char pad[64];                                       \
+        block_masks m;                                               \
+        unsigned k;                                                  \
+                                                                     \
+        while (end - p >= 64) {                                      \
+            classify_fn(p, &m);                                      \
+            k = block_commit(s, &m, base, base_object, after);       \
+            p += k;                                                  \
+            if (k == 0 || *after)                                    \
+                return p;                                            \
+        }                                                            \
+        for (;;) {                                                   \
+            memset(pad, 0, sizeof(pad));                             \
+            memcpy(pad, p, (size_t)(end - p));                       \
+            classify_fn(pad, &m);                                    \
+            k = block_commit(s, &m, base, base_object, after);       \
+            p += k;                                                  \
+            if (k == 0 || *after)                                    \
+                return p;                                            \
+        }                                                            \
     }
 
 DEFINE_SKIP_BLOCKS(skip_blocks_portable, classify_scalar)
@@ -706,32 +740,32 @@ DEFINE_SKIP_BLOCKS(skip_blocks_sse2, classify_sse2)
 #if SCAN_AVX2
 /* Compiled for AVX2 (and the BMI/POPCNT every AVX2 CPU has) alone, so the
  * build needs no global -mavx2; only run after __builtin_cpu_supports. */
-__attribute__((target("avx2,bmi,bmi2,popcnt")))
-DEFINE_SKIP_BLOCKS(skip_blocks_avx2, classify_avx2)
+__attribute__((target("avx2,bmi,bmi2,popcnt"))) DEFINE_SKIP_BLOCKS(skip_blocks_avx2, classify_avx2)
 #endif
 
 
-/* Skip as much of the untracked array at p as the block path can prove
- * valid. Returns the new position (p when nothing was gained) with s->depth
- * adjusted; *after tells whether a complete value ends there. */
-static cursor
-skip_number_arrays(scanner *s, cursor p, cursor end, int *after)
+    /* Skip as much of the untracked array at p as the block path can prove
+     * valid. Returns the new position (p when nothing was gained) with s->depth
+     * adjusted; *after tells whether a complete value ends there. */
+    static cursor skip_number_arrays(scanner *s, cursor p, cursor end, int *after)
 {
     cursor q;
 
 #if SCAN_AVX2
-    if (simd_level == RELAY_JSON_SIMD_AVX2)
+    if (simd_level == RELAY_JSON_SIMD_AVX2) {
         q = skip_blocks_avx2(s, p, end, after);
-    else
+    } else
 #endif
 #ifdef __SSE2__
-    if (simd_level == RELAY_JSON_SIMD_SSE2)
+        if (simd_level == RELAY_JSON_SIMD_SSE2) {
         q = skip_blocks_sse2(s, p, end, after);
-    else
+    } else {
 #endif
         q = skip_blocks_portable(s, p, end, after);
-    if (q - p < 32)
+    }
+    if (q - p < 32) {
         s->misses++;
+    }
     return q;
 }
 
@@ -750,19 +784,22 @@ scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
         return NULL;
     }
     k = p + 1;
-    if (!(q = scan_string(k, s->end, &esc, err)))
+    if (!(q = scan_string(k, s->end, &esc, err))) {
         return NULL;
+    }
     *slot = obj >= 0 ? s->v->on_key(s->v->ctx, obj, (const char *)k, (size_t)(q - k), esc) : -1;
     p = q + 1;
-    if (p < s->end && *p != ':')
+    if (p < s->end && *p != ':') {
         p = skip_space(p, s->end);
+    }
     if (p >= s->end || *p != ':') {
         fail(err, "expected ':'", p);
         return NULL;
     }
     p++;
-    if (p < s->end && is_space[*p])
+    if (p < s->end && is_space[*p]) {
         p = skip_space(p, s->end);
+    }
     return p;
 }
 
@@ -776,32 +813,37 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
 
     switch (*p) {
     case '"':
-        if (!(q = scan_string(p + 1, s->end, &esc, err)))
+        if (!(q = scan_string(p + 1, s->end, &esc, err))) {
             return NULL;
+        }
         report_scalar(s, slot, RELAY_JSON_STRING, p + 1, q, esc);
         return q + 1;
     case 't':
         q = scan_literal(p, s->end, "true", 4, err);
-        if (q)
+        if (q) {
             report_scalar(s, slot, RELAY_JSON_TRUE, p, q, 0);
+        }
         return q;
     case 'f':
         q = scan_literal(p, s->end, "false", 5, err);
-        if (q)
+        if (q) {
             report_scalar(s, slot, RELAY_JSON_FALSE, p, q, 0);
+        }
         return q;
     case 'n':
         q = scan_literal(p, s->end, "null", 4, err);
-        if (q)
+        if (q) {
             report_scalar(s, slot, RELAY_JSON_NULL, p, q, 0);
+        }
         return q;
     default:
         if (*p != '-' && (unsigned)(*p - '0') >= 10) {
             fail(err, "expected a value", p);
             return NULL;
         }
-        if ((q = scan_number(p, s->end, err)))
+        if ((q = scan_number(p, s->end, err))) {
             report_scalar(s, slot, RELAY_JSON_NUMBER, p, q, 0);
+        }
         return q;
     }
 }
@@ -815,34 +857,39 @@ scan_all(scanner *s, cursor p, int32_t slot, scan_error *err)
     cursor end = s->end;
 
 value:
-    if (p >= end)
+    if (p >= end) {
         return fail(err, "expected a value", p);
-    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES
-        && simd_level != RELAY_JSON_SIMD_OFF) {
+    }
+    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES && simd_level != RELAY_JSON_SIMD_OFF) {
         int after;
         cursor q = skip_number_arrays(s, p, end, &after);
 
         if (q != p) {
             p = q;
-            if (after)
+            if (after) {
                 goto after;
-            if (p < end && is_space[*p])
+            }
+            if (p < end && is_space[*p]) {
                 p = skip_space(p, end);
+            }
             slot = -1;
             goto value_slow;
         }
     }
 value_slow:
-    if (p >= end)
+    if (p >= end) {
         return fail(err, "expected a value", p);
+    }
     if (*p == '{' || *p == '[') {
         int object = *p == '{';
 
-        if (open_container(s, slot, object) < 0)
+        if (open_container(s, slot, object) < 0) {
             return fail(err, too_deep, p);
+        }
         p++;
-        if (p < end && is_space[*p])
+        if (p < end && is_space[*p]) {
             p = skip_space(p, end);
+        }
         if (p < end && *p == (object ? '}' : ']')) {
             s->depth--;
             p++;
@@ -852,43 +899,51 @@ value_slow:
             slot = s->token[s->depth];
             goto value;
         }
-        if (!(p = scan_key(s, p, &slot, err)))
+        if (!(p = scan_key(s, p, &slot, err))) {
             return -1;
+        }
         goto value;
     }
     if (slot < 0 && !s->is_object[s->depth] && (*p == '-' || (unsigned)(*p - '0') < 10)) {
         /* Untracked arrays of numbers (GeoJSON coordinates) are the bulk of
          * typical events: stay in this loop while number follows number. */
         for (;;) {
-            if (!(p = scan_number(p, end, err)))
+            if (!(p = scan_number(p, end, err))) {
                 return -1;
-            if (end - p < 2 || p[0] != ',' || (p[1] != '-' && (unsigned)(p[1] - '0') >= 10))
+            }
+            if (end - p < 2 || p[0] != ',' || (p[1] != '-' && (unsigned)(p[1] - '0') >= 10)) {
                 break;
+            }
             p++;
         }
         goto after;
     }
-    if (!(p = scan_scalar(s, p, slot, err)))
+    if (!(p = scan_scalar(s, p, slot, err))) {
         return -1;
+    }
 after:
     if (s->depth == 0) {
         p = skip_space(p, end);
         return p == end ? 0 : fail(err, "unexpected data after the value", p);
     }
-    if (p < end && is_space[*p])
+    if (p < end && is_space[*p]) {
         p = skip_space(p, end);
-    if (p >= end)
+    }
+    if (p >= end) {
         return fail(err, "unexpected end of input", p);
+    }
     if (*p == ',') {
         p++;
-        if (p < end && is_space[*p])
+        if (p < end && is_space[*p]) {
             p = skip_space(p, end);
+        }
         if (!s->is_object[s->depth]) {
             slot = s->token[s->depth];
             goto value;
         }
-        if (!(p = scan_key(s, p, &slot, err)))
+        if (!(p = scan_key(s, p, &slot, err))) {
             return -1;
+        }
         goto value;
     }
     if (*p == (s->is_object[s->depth] ? '}' : ']')) {
@@ -905,42 +960,46 @@ format_error(const scan_error *err, cursor start, char *reason, size_t reasonlen
 {
     size_t at = (size_t)(err->at - start);
 
-    if (!reason || reasonlen == 0)
+    if (!reason || reasonlen == 0) {
         return;
-    if (err->utf8)
+    }
+    if (err->utf8) {
         snprintf(reason, reasonlen, "invalid UTF-8 at byte %zu", at);
-    else if (err->what == too_deep)
+    } else if (err->what == too_deep) {
         snprintf(reason, reasonlen, "nesting deeper than %d", RELAY_JSON_MAX_DEPTH);
-    else
+    } else {
         snprintf(reason, reasonlen, "invalid JSON at byte %zu: %s", at, err->what);
+    }
 }
 
 
 static int
 set_reason(char *reason, size_t reasonlen, const char *text)
 {
-    if (reason && reasonlen)
+    if (reason && reasonlen) {
         snprintf(reason, reasonlen, "%s", text);
+    }
     return -1;
 }
 
 
 int
-relay_json_scan_object(const char *text, size_t len, size_t max_bytes,
-                       const relay_json_visitor *visitor, int32_t root, char *reason,
-                       size_t reasonlen)
+relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const relay_json_visitor *visitor, int32_t root,
+                       char *reason, size_t reasonlen)
 {
     scanner s;
     scan_error err = {NULL, NULL, 0};
     cursor p;
 
     if (len > max_bytes) {
-        if (reason && reasonlen)
+        if (reason && reasonlen) {
             snprintf(reason, reasonlen, "event too large (%zu bytes > %zu)", len, max_bytes);
+        }
         return -1;
     }
-    if (simd_level < 0)
+    if (simd_level < 0) {
         relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+    }
     s.start = (cursor)text;
     s.end = s.start + len;
     s.v = visitor;
@@ -949,21 +1008,22 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes,
     s.token[0] = -1;
     s.is_object[0] = 1; /* keeps the number-array fast path off at the top level */
     p = skip_space(s.start, s.end);
-    if (p == s.end)
+    if (p == s.end) {
         return set_reason(reason, reasonlen, "empty event");
+    }
     if (scan_all(&s, p, visitor && *p == '{' ? root : -1, &err) < 0) {
         format_error(&err, s.start, reason, reasonlen);
         return -1;
     }
-    if (*p != '{')
+    if (*p != '{') {
         return set_reason(reason, reasonlen, "event is not a JSON object");
+    }
     return 0;
 }
 
 
 int
-relay_json_validate_object(const char *text, size_t len, size_t max_bytes, char *reason,
-                           size_t reasonlen)
+relay_json_validate_object(const char *text, size_t len, size_t max_bytes, char *reason, size_t reasonlen)
 {
     return relay_json_scan_object(text, len, max_bytes, NULL, -1, reason, reasonlen);
 }
@@ -1032,8 +1092,9 @@ relay_json_unescape(const char *text, size_t len, char *out)
     while (p < end) {
         cursor bs = memchr(p, '\\', (size_t)(end - p));
 
-        if (!bs)
+        if (!bs) {
             bs = end;
+        }
         memmove(o, p, (size_t)(bs - p));
         o += bs - p;
         p = bs;
@@ -1049,7 +1110,7 @@ relay_json_unescape(const char *text, size_t len, char *out)
 
 /* Exact powers of ten: every one up to 1e22 is representable. */
 static const double exact_pow10[] = {
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 };
 
@@ -1066,28 +1127,37 @@ number_fast_path(cursor p, cursor end, double *out)
         neg = 1;
         p++;
     }
-    for (; p < end && (unsigned)(*p - '0') < 10; p++, digits++)
+    for (; p < end && (unsigned)(*p - '0') < 10; p++, digits++) {
         mant = mant * 10 + (unsigned)(*p - '0');
-    if (p < end && *p == '.')
-        for (p++; p < end && (unsigned)(*p - '0') < 10; p++, digits++, exp10--)
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && (unsigned)(*p - '0') < 10; p++, digits++, exp10--) {
             mant = mant * 10 + (unsigned)(*p - '0');
-    if (digits > 19 || mant > (UINT64_C(1) << 53))
+        }
+    }
+    if (digits > 19 || mant > (UINT64_C(1) << 53)) {
         return 0;
+    }
     if (p < end) {
         p++;
-        if (*p == '+' || *p == '-')
+        if (*p == '+' || *p == '-') {
             eneg = *p++ == '-';
-        for (; p < end && e < 1000; p++)
+        }
+        for (; p < end && e < 1000; p++) {
             e = e * 10 + (*p - '0');
-        if (p < end)
+        }
+        if (p < end) {
             return 0;
+        }
         exp10 += eneg ? -e : e;
     }
-    if (exp10 < -22 || exp10 > 22)
+    if (exp10 < -22 || exp10 > 22) {
         return 0;
+    }
     *out = exp10 < 0 ? (double)mant / exact_pow10[-exp10] : (double)mant * exact_pow10[exp10];
-    if (neg)
+    if (neg) {
         *out = -*out;
+    }
     return 1;
 }
 
@@ -1098,14 +1168,17 @@ relay_json_number(const char *text, size_t len)
     char small[64], *buf = small;
     double d;
 
-    if (number_fast_path((cursor)text, (cursor)text + len, &d))
+    if (number_fast_path((cursor)text, (cursor)text + len, &d)) {
         return d;
-    if (len >= sizeof small && !(buf = malloc(len + 1)))
+    }
+    if (len >= sizeof(small) && !(buf = malloc(len + 1))) {
         return NAN;
+    }
     memcpy(buf, text, len);
     buf[len] = '\0';
     d = strtod(buf, NULL);
-    if (buf != small)
+    if (buf != small) {
         free(buf);
+    }
     return d;
 }

@@ -57,9 +57,8 @@ format_timestamp(char *out, size_t cap)
 
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &utc);
-    return (size_t) snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", utc.tm_year + 1900,
-                             utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
-                             now.tv_nsec / 1000000);
+    return (size_t)snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                            utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, now.tv_nsec / 1000000);
 }
 
 
@@ -72,10 +71,10 @@ write_all(const char *buf, size_t len)
             if (errno == EINTR) {
                 continue;
             }
-            return;  /* nowhere left to report a failing stderr */
+            return; /* nowhere left to report a failing stderr */
         }
         buf += n;
-        len -= (size_t) n;
+        len -= (size_t)n;
     }
 }
 
@@ -111,7 +110,8 @@ utf8_sequence_length(const unsigned char *s, size_t len)
         }
         cp = (cp << 6) | (s[i] & 0x3f);
     }
-    if ((need == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (need == 4 && (cp < 0x10000 || cp > 0x10ffff))) {
+    if ((need == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
+        || (need == 4 && (cp < 0x10000 || cp > 0x10ffff))) {
         return 0;
     }
     return need;
@@ -121,16 +121,16 @@ utf8_sequence_length(const unsigned char *s, size_t len)
 size_t
 relay_json_quote(const char *s, size_t len, char *out, size_t out_cap)
 {
-    const unsigned char *p = (const unsigned char *) s;
+    const unsigned char *p = (const unsigned char *)s;
     size_t n = 0;
     char esc[8];
 
-#define EMIT(bytes, count)                                  \
-    do {                                                    \
-        if (n + (count) <= out_cap) {                       \
-            memcpy(out + n, (bytes), (count));              \
-        }                                                   \
-        n += (count);                                       \
+#define EMIT(bytes, count)                     \
+    do {                                       \
+        if (n + (count) <= out_cap) {          \
+            memcpy(out + n, (bytes), (count)); \
+        }                                      \
+        n += (count);                          \
     } while (0)
 
     EMIT("\"", 1);
@@ -138,7 +138,7 @@ relay_json_quote(const char *s, size_t len, char *out, size_t out_cap)
         unsigned char c = p[i];
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
-            esc[1] = (char) c;
+            esc[1] = (char)c;
             EMIT(esc, 2);
             i++;
         } else if (c < 0x20) {
@@ -171,14 +171,14 @@ text_escape(const char *s, size_t len, char *out)
     size_t n = 0;
 
     for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char) s[i];
+        unsigned char c = (unsigned char)s[i];
         if ((c < 0x20 && c != '\t') || c == 0x7f) {
             out[n++] = '\\';
             out[n++] = 'x';
             out[n++] = HEX[c >> 4];
             out[n++] = HEX[c & 0x0f];
         } else {
-            out[n++] = (char) c;
+            out[n++] = (char)c;
         }
     }
     return n;
@@ -199,7 +199,7 @@ relay_log_write(relay_log_level level, const char *msg, size_t msg_len, const ch
         return;
     }
     if (log_as_json) {
-        n = (size_t) snprintf(line, cap, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":", stamp, LEVEL_JSON[level]);
+        n = (size_t)snprintf(line, cap, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":", stamp, LEVEL_JSON[level]);
         n += relay_json_quote(msg, msg_len, line + n, cap - n);
         if (fields_len > 0) {
             memcpy(line + n, fields, fields_len);
@@ -207,7 +207,7 @@ relay_log_write(relay_log_level level, const char *msg, size_t msg_len, const ch
         }
         line[n++] = '}';
     } else {
-        n = (size_t) snprintf(line, cap, "%s %s ", stamp, LEVEL_TEXT[level]);
+        n = (size_t)snprintf(line, cap, "%s %s ", stamp, LEVEL_TEXT[level]);
         n += text_escape(msg, msg_len, line + n);
         n += text_escape(fields, fields_len, line + n);
     }
@@ -246,17 +246,17 @@ log_formatted(relay_log_level level, const char *fmt, va_list ap)
     if (n < 0) {
         return;
     }
-    relay_log_write(level, msg, (size_t) n < sizeof(msg) ? (size_t) n : sizeof(msg) - 1, NULL, 0);
+    relay_log_write(level, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1, NULL, 0);
 }
 
 
-#define DEFINE_LOG_FN(name, level)              \
-    void name(const char *fmt, ...)             \
-    {                                           \
-        va_list ap;                             \
-        va_start(ap, fmt);                      \
-        log_formatted(level, fmt, ap);          \
-        va_end(ap);                             \
+#define DEFINE_LOG_FN(name, level)     \
+    void name(const char *fmt, ...)    \
+    {                                  \
+        va_list ap;                    \
+        va_start(ap, fmt);             \
+        log_formatted(level, fmt, ap); \
+        va_end(ap);                    \
     }
 
 DEFINE_LOG_FN(relay_log_error, RELAY_LOG_ERROR)

@@ -17,9 +17,9 @@
 
 typedef enum {
     TASK_FREE = 0,
-    TASK_READY,     /* queued for resumption */
+    TASK_READY, /* queued for resumption */
     TASK_RUNNING,
-    TASK_WAITING,   /* parked on a wait */
+    TASK_WAITING, /* parked on a wait */
 } task_state;
 
 typedef struct {
@@ -29,7 +29,7 @@ typedef struct {
     int mailbox_ref;
     uint32_t wait_gen;
     task_state state;
-    int started;        /* first resume passes the spawn arguments */
+    int started; /* first resume passes the spawn arguments */
     int is_main;
     ev_timer timer;
     relay_cancel_fn cancel;
@@ -39,9 +39,9 @@ typedef struct {
 static struct {
     lua_State *L;
     struct ev_loop *loop;
-    task **tasks;        /* individually allocated: libev holds pointers to their timers */
+    task **tasks; /* individually allocated: libev holds pointers to their timers */
     size_t ntasks;
-    int *ready;          /* ring of slot indices */
+    int *ready; /* ring of slot indices */
     size_t ready_cap, ready_head, ready_len;
     ev_prepare drain;
     ev_idle keep_spinning;
@@ -51,7 +51,7 @@ static struct {
     int shutting_down;
 } bridge;
 
-static const char TASK_INDEX_KEY = 0;  /* registry: thread -> slot index */
+static const char TASK_INDEX_KEY = 0; /* registry: thread -> slot index */
 
 
 static void
@@ -94,7 +94,7 @@ slot_alloc(void)
 {
     for (size_t i = 0; i < bridge.ntasks; i++) {
         if (bridge.tasks[i]->state == TASK_FREE) {
-            return (int) i;
+            return (int)i;
         }
     }
     size_t n = bridge.ntasks ? bridge.ntasks * 2 : 64;
@@ -109,7 +109,7 @@ slot_alloc(void)
         }
     }
     bridge.tasks = grown;
-    int slot = (int) bridge.ntasks;
+    int slot = (int)bridge.ntasks;
     bridge.ntasks = n;
     return slot;
 }
@@ -120,7 +120,7 @@ task_index_set(lua_State *co, int slot)
 {
     lua_State *L = bridge.L;
 
-    lua_pushlightuserdata(L, (void *) &TASK_INDEX_KEY);
+    lua_pushlightuserdata(L, (void *)&TASK_INDEX_KEY);
     lua_rawget(L, LUA_REGISTRYINDEX);
     lua_pushthread(co);
     lua_xmove(co, L, 1);
@@ -139,11 +139,11 @@ task_index_get(lua_State *co)
 {
     int slot;
 
-    lua_pushlightuserdata(co, (void *) &TASK_INDEX_KEY);
+    lua_pushlightuserdata(co, (void *)&TASK_INDEX_KEY);
     lua_rawget(co, LUA_REGISTRYINDEX);
     lua_pushthread(co);
     lua_rawget(co, -2);
-    slot = lua_isnumber(co, -1) ? (int) lua_tointeger(co, -1) : -1;
+    slot = lua_isnumber(co, -1) ? (int)lua_tointeger(co, -1) : -1;
     lua_pop(co, 2);
     return slot;
 }
@@ -203,7 +203,7 @@ task_finish(int slot, int status)
         bridge.main_done = 1;
         bridge.main_failed = status != 0;
         if (status == 0 && lua_gettop(t->co) >= 1 && lua_isnumber(t->co, 1)) {
-            bridge.main_exit_code = (int) lua_tointeger(t->co, 1);
+            bridge.main_exit_code = (int)lua_tointeger(t->co, 1);
         }
         ev_break(bridge.loop, EVBREAK_ALL);
     }
@@ -241,9 +241,9 @@ task_resume(int slot)
 static void
 drain_ready(struct ev_loop *loop, ev_prepare *w, int revents)
 {
-    (void) loop;
-    (void) w;
-    (void) revents;
+    (void)loop;
+    (void)w;
+    (void)revents;
     /* Resume only what is queued now; tasks queued meanwhile wait for the
      * next iteration so that I/O is polled between rounds. */
     size_t n = bridge.ready_len;
@@ -263,9 +263,9 @@ static void
 spin_once(struct ev_loop *loop, ev_idle *w, int revents)
 {
     /* Only keeps the loop from blocking while tasks are ready. */
-    (void) loop;
-    (void) w;
-    (void) revents;
+    (void)loop;
+    (void)w;
+    (void)revents;
 }
 
 
@@ -275,12 +275,12 @@ relay_bridge_init(lua_State *L, struct ev_loop *loop)
     memset(&bridge, 0, sizeof(bridge));
     bridge.L = L;
     bridge.loop = loop;
-    lua_pushlightuserdata(L, (void *) &TASK_INDEX_KEY);
+    lua_pushlightuserdata(L, (void *)&TASK_INDEX_KEY);
     lua_newtable(L);
     lua_rawset(L, LUA_REGISTRYINDEX);
     ev_prepare_init(&bridge.drain, drain_ready);
     ev_prepare_start(loop, &bridge.drain);
-    ev_unref(loop);  /* the drain watcher alone must not keep ev_run alive */
+    ev_unref(loop); /* the drain watcher alone must not keep ev_run alive */
     ev_idle_init(&bridge.keep_spinning, spin_once);
 }
 
@@ -371,9 +371,9 @@ relay_bridge_run_main(lua_State *L, int nargs, int *exit_code)
 static void
 wait_timed_out(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    (void) loop;
-    (void) revents;
-    int slot = (int) (intptr_t) w->data;
+    (void)loop;
+    (void)revents;
+    int slot = (int)(intptr_t)w->data;
     task *t = bridge.tasks[slot];
 
     if (t->state != TASK_WAITING) {
@@ -413,10 +413,10 @@ relay_wait_begin(lua_State *L, double timeout_s, relay_cancel_fn cancel, void *o
     lua_settop(t->mailbox, 0);
     if (timeout_s >= 0) {
         ev_timer_init(&t->timer, wait_timed_out, timeout_s, 0.);
-        t->timer.data = (void *) (intptr_t) slot;
+        t->timer.data = (void *)(intptr_t)slot;
         ev_timer_start(bridge.loop, &t->timer);
     }
-    return ((relay_wait_token) slot << 32) | t->wait_gen;
+    return ((relay_wait_token)slot << 32) | t->wait_gen;
 }
 
 
@@ -430,8 +430,8 @@ relay_wait_yield(lua_State *L)
 static task *
 task_for_token(relay_wait_token token)
 {
-    size_t slot = (size_t) (token >> 32);
-    uint32_t gen = (uint32_t) (token & 0xffffffffu);
+    size_t slot = (size_t)(token >> 32);
+    uint32_t gen = (uint32_t)(token & 0xffffffffu);
 
     if (bridge.shutting_down || slot >= bridge.ntasks) {
         return NULL;
@@ -460,7 +460,7 @@ relay_wait_complete(relay_wait_token token, relay_push_fn push, void *arg)
         push(t->mailbox, arg);
     }
     t->wait_gen++;
-    ready_push((int) (token >> 32));
+    ready_push((int)(token >> 32));
     return 0;
 }
 
@@ -469,7 +469,7 @@ static int
 push_failure(lua_State *co, void *arg)
 {
     lua_pushnil(co);
-    lua_pushstring(co, (const char *) arg);
+    lua_pushstring(co, (const char *)arg);
     return 2;
 }
 
@@ -477,7 +477,7 @@ push_failure(lua_State *co, void *arg)
 int
 relay_wait_fail(relay_wait_token token, const char *message)
 {
-    return relay_wait_complete(token, push_failure, (void *) message);
+    return relay_wait_complete(token, push_failure, (void *)message);
 }
 
 

@@ -31,7 +31,7 @@ typedef int (*relay_push_fn)(lua_State *co, void *arg);
  * so the owner of the pending operation drops its reference to the token. */
 typedef void (*relay_cancel_fn)(void *owner);
 
-/* Set up once by main.c. */
+/* Set up once by the boot (lua_boot.c). */
 void relay_bridge_init(lua_State *L, struct ev_loop *loop);
 void relay_bridge_shutdown(void);
 struct ev_loop *relay_bridge_loop(void);

@@ -4,6 +4,15 @@
 #include "lua_common.h"
 
 
+/* "<class name> (0x...)": the class name is the closure's upvalue. */
+static int
+default_tostring(lua_State *L)
+{
+    lua_pushfstring(L, "%s (%p)", lua_tostring(L, lua_upvalueindex(1)), lua_touserdata(L, 1));
+    return 1;
+}
+
+
 void
 relay_lua_new_class(lua_State *L, const char *class_name, const luaL_Reg *methods)
 {
@@ -11,6 +20,13 @@ relay_lua_new_class(lua_State *L, const char *class_name, const luaL_Reg *method
         luaL_register(L, NULL, methods);
         lua_pushvalue(L, -1);
         lua_setfield(L, -2, "__index");
+        lua_getfield(L, -1, "__tostring");
+        if (lua_isnil(L, -1)) {
+            lua_pushstring(L, class_name);
+            lua_pushcclosure(L, default_tostring, 1);
+            lua_setfield(L, -3, "__tostring");
+        }
+        lua_pop(L, 1);
     }
     lua_pop(L, 1);
 }

@@ -8,7 +8,9 @@
 #include <lua.h>
 
 /* Registers the class `class_name` once: its metatable holds methods (and
- * metamethods such as __gc) and is its own __index. Leaves the stack as is. */
+ * metamethods such as __gc and __tostring) and is its own __index. A class
+ * without a __tostring gets one naming the class and the object's address.
+ * Leaves the stack as is. */
 void relay_lua_new_class(lua_State *L, const char *class_name, const luaL_Reg *methods);
 
 /* relay_lua_new_class, then pushes a new module table holding functions. */

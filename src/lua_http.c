@@ -18,7 +18,7 @@
 typedef struct {
     relay_http_server *srv;
     int handler_ref;
-    int top;        /* main-state stack top to restore after the body was copied */
+    int top; /* main-state stack top to restore after the body was copied */
     int in_handler;
 } lserver;
 
@@ -44,9 +44,9 @@ call_handler(void *ud, const char *method, const char *path, relay_http_response
     lua_pushstring(L, path);
     if (lua_pcall(L, 2, 3, ls->top + 1) != 0) {
         relay_log_error("http handler for %s: %s", path, lua_tostring(L, -1));
-        return;  /* status stays 0: the server answers 500 */
+        return; /* status stays 0: the server answers 500 */
     }
-    resp->status = (int) lua_tointeger(L, -3);
+    resp->status = (int)lua_tointeger(L, -3);
     resp->content_type = lua_tostring(L, -2);
     resp->body = lua_tolstring(L, -1, &resp->body_len);
 }
@@ -84,7 +84,7 @@ static int
 lua_http_listen(lua_State *L)
 {
     const char *host = luaL_checkstring(L, 1);
-    int port = (int) luaL_checkinteger(L, 2);
+    int port = (int)luaL_checkinteger(L, 2);
     relay_http_limits lim = {0, 0, 0};
     char err[256];
     lserver *ls;
@@ -93,11 +93,11 @@ lua_http_listen(lua_State *L)
     luaL_checktype(L, 3, LUA_TFUNCTION);
     if (lua_istable(L, 4)) {
         lua_getfield(L, 4, "max_request_bytes");
-        lim.max_request_bytes = (size_t) luaL_optinteger(L, -1, 0);
+        lim.max_request_bytes = (size_t)luaL_optinteger(L, -1, 0);
         lua_getfield(L, 4, "timeout");
         lim.timeout_s = luaL_optnumber(L, -1, 0);
         lua_getfield(L, 4, "max_connections");
-        lim.max_connections = (int) luaL_optinteger(L, -1, 0);
+        lim.max_connections = (int)luaL_optinteger(L, -1, 0);
         lua_pop(L, 3);
     }
     ls = lua_newuserdata(L, sizeof(*ls));
@@ -105,8 +105,8 @@ lua_http_listen(lua_State *L)
     ls->handler_ref = LUA_NOREF;
     luaL_getmetatable(L, SERVER_MT);
     lua_setmetatable(L, -2);
-    ls->srv = relay_http_listen(relay_bridge_loop(), host, port, &lim, call_handler, handler_done, ls, err,
-                                sizeof(err));
+    ls->srv =
+        relay_http_listen(relay_bridge_loop(), host, port, &lim, call_handler, handler_done, ls, err, sizeof(err));
     if (ls->srv == NULL) {
         lua_pushnil(L);
         lua_pushstring(L, err);
@@ -147,6 +147,24 @@ lua_http_connections(lua_State *L)
 }
 
 
+/***
+ * @function tostring(server)
+ * @return "relay.core.http.server (port N)", or "(closed)"
+ */
+static int
+lua_http_tostring(lua_State *L)
+{
+    lserver *ls = check_server(L, 1);
+
+    if (ls->srv == NULL) {
+        lua_pushliteral(L, SERVER_MT " (closed)");
+    } else {
+        lua_pushfstring(L, SERVER_MT " (port %d)", relay_http_port(ls->srv));
+    }
+    return 1;
+}
+
+
 static void
 server_close(lua_State *L, lserver *ls)
 {
@@ -183,9 +201,9 @@ lua_http_gc(lua_State *L)
 {
     lserver *ls = check_server(L, 1);
 
-    /* main.c closes the Lua state before it destroys the loop (pitfall
-     * P7), so the watchers can still be stopped and the server freed here,
-     * also while shutting down. */
+    /* The boot (lua_boot.c) closes the Lua state before main.c destroys
+     * the loop, so the watchers can still be stopped and the server freed
+     * here, also while shutting down. */
     if (!ls->in_handler) {
         server_close(L, ls);
     }
@@ -201,11 +219,8 @@ luaopen_relay_core_http(lua_State *L)
         {NULL, NULL},
     };
     static const luaL_Reg methods[] = {
-        {"port", lua_http_port},
-        {"connections", lua_http_connections},
-        {"close", lua_http_close},
-        {"__gc", lua_http_gc},
-        {NULL, NULL},
+        {"port", lua_http_port}, {"connections", lua_http_connections}, {"close", lua_http_close},
+        {"__gc", lua_http_gc},   {"__tostring", lua_http_tostring},     {NULL, NULL},
     };
 
     relay_lua_new_module(L, SERVER_MT, methods, functions);

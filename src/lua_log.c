@@ -19,7 +19,7 @@ lua_log_configure(lua_State *L)
 {
     int level = luaL_checkoption(L, 1, NULL, LEVEL_NAMES);
 
-    relay_log_configure((relay_log_level) level, lua_toboolean(L, 2));
+    relay_log_configure((relay_log_level)level, lua_toboolean(L, 2));
     return 0;
 }
 
@@ -31,7 +31,7 @@ lua_log_configure(lua_State *L)
 static int
 lua_log_enabled(lua_State *L)
 {
-    lua_pushboolean(L, relay_log_enabled((relay_log_level) luaL_checkoption(L, 1, NULL, LEVEL_NAMES)));
+    lua_pushboolean(L, relay_log_enabled((relay_log_level)luaL_checkoption(L, 1, NULL, LEVEL_NAMES)));
     return 1;
 }
 
@@ -48,7 +48,7 @@ lua_log_write(lua_State *L)
     const char *msg = luaL_checklstring(L, 2, &msg_len);
     const char *fields = luaL_optlstring(L, 3, NULL, &fields_len);
 
-    relay_log_write((relay_log_level) level, msg, msg_len, fields, fields_len);
+    relay_log_write((relay_log_level)level, msg, msg_len, fields, fields_len);
     return 0;
 }
 

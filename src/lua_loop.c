@@ -63,7 +63,7 @@ lua_loop_wait(lua_State *L)
     luaL_checktype(L, 2, LUA_TFUNCTION);
     token = relay_wait_begin(L, timeout, NULL, NULL);
     lua_pushvalue(L, 2);
-    lua_pushnumber(L, (lua_Number) token);
+    lua_pushnumber(L, (lua_Number)token);
     lua_call(L, 1, 0);
     return relay_wait_yield(L);
 }
@@ -88,7 +88,7 @@ push_wake_values(lua_State *co, void *arg)
 static int
 lua_loop_wake(lua_State *L)
 {
-    relay_wait_token token = (relay_wait_token) luaL_checknumber(L, 1);
+    relay_wait_token token = (relay_wait_token)luaL_checknumber(L, 1);
 
     lua_pushboolean(L, relay_wait_complete(token, push_wake_values, L) == 0);
     return 1;
@@ -105,7 +105,7 @@ lua_loop_now_ms(lua_State *L)
     struct timespec ts;
 
     clock_gettime(CLOCK_REALTIME, &ts);
-    lua_pushnumber(L, (lua_Number) ts.tv_sec * 1000.0 + (lua_Number) (ts.tv_nsec / 1000000));
+    lua_pushnumber(L, (lua_Number)ts.tv_sec * 1000.0 + (lua_Number)(ts.tv_nsec / 1000000));
     return 1;
 }
 
@@ -120,7 +120,7 @@ lua_loop_monotonic(lua_State *L)
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (lua_Number) ts.tv_sec + (lua_Number) ts.tv_nsec / 1e9);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
     return 1;
 }
 
@@ -128,8 +128,8 @@ lua_loop_monotonic(lua_State *L)
 static void
 signal_arrived(struct ev_loop *loop, ev_signal *w, int revents)
 {
-    (void) loop;
-    (void) revents;
+    (void)loop;
+    (void)revents;
     lua_State *L = relay_bridge_main_state();
 
     if (relay_bridge_shutting_down()) {
@@ -149,7 +149,7 @@ signal_arrived(struct ev_loop *loop, ev_signal *w, int revents)
 static int
 lua_loop_on_signal(lua_State *L)
 {
-    int signum = (int) luaL_checkinteger(L, 1);
+    int signum = (int)luaL_checkinteger(L, 1);
     ev_signal *w;
 
     luaL_argcheck(L, signum > 0 && signum < MAX_SIGNAL, 1, "bad signal number");
@@ -170,7 +170,7 @@ lua_loop_on_signal(lua_State *L)
     signals.handler_refs[signum] = luaL_ref(L, LUA_REGISTRYINDEX);
     ev_signal_init(w, signal_arrived, signum);
     ev_signal_start(relay_bridge_loop(), w);
-    ev_unref(relay_bridge_loop());  /* a signal handler alone keeps nothing alive */
+    ev_unref(relay_bridge_loop()); /* a signal handler alone keeps nothing alive */
     return 0;
 }
 
@@ -182,7 +182,7 @@ lua_loop_on_signal(lua_State *L)
 static int
 lua_loop_exit(lua_State *L)
 {
-    _exit((int) luaL_checkinteger(L, 1));
+    _exit((int)luaL_checkinteger(L, 1));
     return 0;
 }
 
@@ -203,16 +203,11 @@ int
 luaopen_relay_core_loop(lua_State *L)
 {
     static const luaL_Reg functions[] = {
-        {"spawn", lua_loop_spawn},
-        {"sleep", lua_loop_sleep},
-        {"wait", lua_loop_wait},
-        {"wake", lua_loop_wake},
-        {"now_ms", lua_loop_now_ms},
-        {"monotonic", lua_loop_monotonic},
-        {"on_signal", lua_loop_on_signal},
-        {"exit", lua_loop_exit},
-        {"getpid", lua_loop_getpid},
-        {NULL, NULL},
+        {"spawn", lua_loop_spawn},         {"sleep", lua_loop_sleep},
+        {"wait", lua_loop_wait},           {"wake", lua_loop_wake},
+        {"now_ms", lua_loop_now_ms},       {"monotonic", lua_loop_monotonic},
+        {"on_signal", lua_loop_on_signal}, {"exit", lua_loop_exit},
+        {"getpid", lua_loop_getpid},       {NULL, NULL},
     };
 
     lua_newtable(L);

@@ -1,23 +1,24 @@
 /* Lua binding of the matcher: module "relay.core.matcher".
- * The only matcher file that sees the Lua API. Data errors come back as
- * nil, message; luaL_error is for programming errors (bad argument types). */
+ * The only matcher file that sees the Lua API. It converts arguments and results
+ * and nothing more: reading event files is match_scan.c's, output formats are
+ * cmd/match.lua's. Data errors come back as nil, message; luaL_error is for
+ * programming errors (bad argument types). */
 #include "relay/json_scan.h"
+#include "relay/match_scan.h"
 #include "relay/matcher.h"
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <lualib.h>
 
 #include "lua_common.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MATCHER_MT "relay.core.matcher"
 #define IDS_ON_STACK 64
-#define READ_CHUNK (4u << 20)
-#define OUT_CHUNK (64u << 10)
 
 int luaopen_relay_core_matcher(lua_State *L);
 
@@ -27,8 +28,9 @@ check_box(lua_State *L)
 {
     relay_matcher **box = luaL_checkudata(L, 1, MATCHER_MT);
 
-    if (!*box)
+    if (!*box) {
         luaL_error(L, "matcher already freed");
+    }
     return box;
 }
 
@@ -47,13 +49,14 @@ nil_error(lua_State *L, const char *msg)
 static int
 l_new(lua_State *L)
 {
-    relay_matcher **box = lua_newuserdata(L, sizeof *box);
+    relay_matcher **box = lua_newuserdata(L, sizeof(*box));
 
     *box = NULL;
     luaL_getmetatable(L, MATCHER_MT);
     lua_setmetatable(L, -2);
-    if (!(*box = relay_matcher_new()))
+    if (!(*box = relay_matcher_new())) {
         return luaL_error(L, "out of memory");
+    }
     return 1;
 }
 
@@ -67,10 +70,11 @@ l_add(lua_State *L)
     size_t len;
     const char *rule = luaL_checklstring(L, 2, &len);
     char err[256];
-    int id = relay_matcher_add(*box, rule, len, err, sizeof err);
+    int id = relay_matcher_add(*box, rule, len, err, sizeof(err));
 
-    if (id < 0)
+    if (id < 0) {
         return nil_error(L, err);
+    }
     lua_pushinteger(L, id);
     return 1;
 }
@@ -92,9 +96,10 @@ l_add_many(lua_State *L)
     n = lua_objlen(L, 2);
     for (i = 1; i <= n; i++) {
         lua_rawgeti(L, 2, (int)i);
-        if (!(rule = lua_tolstring(L, -1, &len)))
+        if (!(rule = lua_tolstring(L, -1, &len))) {
             return luaL_error(L, "add_many: rules[%d] is not a string", (int)i);
-        if (relay_matcher_add(*box, rule, len, err, sizeof err) < 0) {
+        }
+        if (relay_matcher_add(*box, rule, len, err, sizeof(err)) < 0) {
             lua_pushnil(L);
             lua_pushstring(L, err);
             lua_pushinteger(L, (lua_Integer)i);
@@ -115,8 +120,9 @@ l_compile(lua_State *L)
     relay_matcher **box = check_box(L);
     char err[256];
 
-    if (relay_matcher_compile(*box, err, sizeof err) < 0)
+    if (relay_matcher_compile(*box, err, sizeof(err)) < 0) {
         return nil_error(L, err);
+    }
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -146,8 +152,9 @@ check_size(lua_State *L, int idx)
 {
     lua_Number n = luaL_checknumber(L, idx);
 
-    if (n < 0)
+    if (n < 0) {
         luaL_argerror(L, idx, "must not be negative");
+    }
     return n >= (lua_Number)SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
@@ -166,23 +173,24 @@ l_match(lua_State *L)
     char reason[256];
     int n, i;
 
-    n = relay_matcher_match(*box, event, len, max_bytes, now_ms, ids, IDS_ON_STACK, reason,
-                            sizeof reason);
-    if (n < 0)
+    n = relay_matcher_match(*box, event, len, max_bytes, now_ms, ids, IDS_ON_STACK, reason, sizeof(reason));
+    if (n < 0) {
         return nil_error(L, reason);
+    }
     if (n > IDS_ON_STACK) {
-        if (!(ids = malloc((size_t)n * sizeof *ids)))
+        if (!(ids = malloc((size_t)n * sizeof(*ids)))) {
             return luaL_error(L, "out of memory");
-        relay_matcher_match(*box, event, len, max_bytes, now_ms, ids, (size_t)n, reason,
-                            sizeof reason);
+        }
+        relay_matcher_match(*box, event, len, max_bytes, now_ms, ids, (size_t)n, reason, sizeof(reason));
     }
     lua_createtable(L, n, 0);
     for (i = 0; i < n; i++) {
         lua_pushinteger(L, ids[i]);
         lua_rawseti(L, -2, i + 1);
     }
-    if (ids != small)
+    if (ids != small) {
         free(ids);
+    }
     return 1;
 }
 
@@ -196,8 +204,9 @@ l_validate_object(lua_State *L)
     const char *text = luaL_checklstring(L, 1, &len);
     char reason[256];
 
-    if (relay_json_validate_object(text, len, max_bytes, reason, sizeof reason) < 0)
+    if (relay_json_validate_object(text, len, max_bytes, reason, sizeof(reason)) < 0) {
         return nil_error(L, reason);
+    }
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -216,12 +225,225 @@ l_gc(lua_State *L)
 }
 
 
-/* Defined in the second half of this file. */
-static int l_scan_file(lua_State *L);
+/* Matches reach Lua in batches of up to SCAN_BATCH (line, rule id) pairs: one
+ * protected call per batch instead of one per event, and the Lua loop over a
+ * batch is compiled. */
+#define SCAN_BATCH 1024
+
+/* State of one m:scan() call: the Lua state its callbacks run on, the batch
+ * being filled, and whether a callback raised (its error is kept on the stack
+ * until the scan has freed its memory). */
+typedef struct scan_call {
+    lua_State *L;
+    int on_match, on_malformed; /* stack indices, 0 when absent */
+    int lines, ids;             /* stack indices of the batch tables */
+    int n;                      /* pairs in the batch */
+    int failed;
+} scan_call;
+
+
+/* Call the function at stack index fn with nargs arguments on top; on error keep
+ * the message on the stack and stop the scan. */
+static int
+scan_callback(scan_call *call, int fn, int nargs)
+{
+    lua_State *L = call->L;
+
+    lua_pushvalue(L, fn);
+    lua_insert(L, -(nargs + 1));
+    if (lua_pcall(L, nargs, 0, 0) != 0) {
+        call->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+
+static int
+scan_flush(scan_call *call)
+{
+    int n = call->n;
+
+    if (n == 0 || call->failed) {
+        return call->failed;
+    }
+    call->n = 0;
+    lua_pushvalue(call->L, call->lines);
+    lua_pushvalue(call->L, call->ids);
+    lua_pushinteger(call->L, n);
+    return scan_callback(call, call->on_match, 3);
+}
+
+
+static int
+scan_on_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
+{
+    scan_call *call = ctx;
+    lua_State *L = call->L;
+    size_t i;
+
+    for (i = 0; i < nids; i++) {
+        call->n++;
+        lua_pushnumber(L, (lua_Number)line);
+        lua_rawseti(L, call->lines, call->n);
+        lua_pushinteger(L, (lua_Integer)ids[i]);
+        lua_rawseti(L, call->ids, call->n);
+        if (call->n == SCAN_BATCH && scan_flush(call) != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+
+static int
+scan_on_malformed(void *ctx, long long line, const char *reason)
+{
+    scan_call *call = ctx;
+
+    /* Matches of earlier lines first, so output keeps the order of the input. */
+    if (call->on_match != 0 && scan_flush(call) != 0) {
+        return 1;
+    }
+    lua_pushnumber(call->L, (lua_Number)line);
+    lua_pushstring(call->L, reason);
+    return scan_callback(call, call->on_malformed, 2);
+}
+
+
+static int
+opt_function(lua_State *L, int opts, const char *name)
+{
+    lua_getfield(L, opts, name);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    if (!lua_isfunction(L, -1)) {
+        luaL_error(L, "scan: opts.%s must be a function", name);
+    }
+    return lua_gettop(L);
+}
+
+
+static lua_Number
+opt_number(lua_State *L, int opts, const char *name, lua_Number dflt)
+{
+    lua_Number v = dflt;
+
+    lua_getfield(L, opts, name);
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1)) {
+            luaL_error(L, "scan: opts.%s must be a number", name);
+        }
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+
+/*** @function m:scan(file, opts)
+ * Match every line of an open file (io.open(path, "rb"), io.stdin) as one event,
+ * without a Lua call per line: the reading and matching of include/relay/match_scan.h.
+ * @param file a Lua file handle, read to its end and left open
+ * @param opts max_bytes (default 1 MiB), now_ms (default 0);
+ *   on_match(lines, ids, n): matches in input order, in batches: for i = 1..n, the
+ *   event on line lines[i] matched the rule with 0-based id ids[i] (an event matching
+ *   several rules gives several pairs, ids ascending). The two tables are reused for
+ *   every batch: read them before returning. Absent, matches are only counted;
+ *   on_malformed(line, reason): per malformed line, after the matches of the lines
+ *   before it; absent, such lines are skipped.
+ * @return matched_events, total_lines; or nil, err on a read error. An error raised
+ *   by a callback stops the scan and is raised again once the scan's memory is free. */
+static int
+l_scan(lua_State *L)
+{
+    relay_matcher **box = check_box(L);
+    FILE **file = luaL_checkudata(L, 2, LUA_FILEHANDLE);
+    relay_match_scan_opts opts = {0, 0, 0};
+    relay_match_scan_sink sink = {NULL, NULL, NULL};
+    relay_match_scan_counts counts;
+    scan_call call = {L, 0, 0, 0, 0, 0, 0};
+    char err[256];
+    int rc;
+
+    if (*file == NULL) {
+        return luaL_argerror(L, 2, "attempt to use a closed file");
+    }
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_settop(L, 3);
+    opts.max_bytes = (size_t)opt_number(L, 3, "max_bytes", 1 << 20);
+    opts.now_ms = (int64_t)opt_number(L, 3, "now_ms", 0);
+    if ((call.on_match = opt_function(L, 3, "on_match")) != 0) {
+        sink.on_match = scan_on_match;
+    }
+    if ((call.on_malformed = opt_function(L, 3, "on_malformed")) != 0) {
+        sink.on_malformed = scan_on_malformed;
+    }
+    lua_createtable(L, SCAN_BATCH, 0);
+    call.lines = lua_gettop(L);
+    lua_createtable(L, SCAN_BATCH, 0);
+    call.ids = lua_gettop(L);
+    sink.ctx = &call;
+    rc = relay_match_scan(*box, *file, &opts, &sink, &counts, err, sizeof(err));
+    if (call.on_match != 0) {
+        scan_flush(&call); /* what was matched before the end, or before a read error */
+    }
+    if (call.failed) {
+        return lua_error(L);
+    }
+    if (rc < 0) {
+        return nil_error(L, err);
+    }
+    lua_pushnumber(L, (lua_Number)counts.matched);
+    lua_pushnumber(L, (lua_Number)counts.total);
+    return 2;
+}
+
+
+/*** @function matcher.operators
+ * The pattern language's operators (relay_matcher_ops, include/relay/matcher.h), in
+ * their order: an array of {name = "prefix", operand = "string", written = true};
+ * operand is literal, string, boolean, threshold, group or foreign. */
+static void
+push_operators(lua_State *L)
+{
+    const relay_matcher_op *op;
+    int i = 0;
+
+    lua_newtable(L);
+    for (op = relay_matcher_ops; op->name != NULL; op++) {
+        lua_createtable(L, 0, 3);
+        lua_pushlstring(L, op->name, op->len);
+        lua_setfield(L, -2, "name");
+        lua_pushstring(L, relay_matcher_operand_name((relay_matcher_operand)op->operand));
+        lua_setfield(L, -2, "operand");
+        lua_pushboolean(L, op->written);
+        lua_setfield(L, -2, "written");
+        lua_rawseti(L, -2, ++i);
+    }
+}
+
+
+static int
+l_tostring(lua_State *L)
+{
+    relay_matcher **box = luaL_checkudata(L, 1, MATCHER_MT);
+
+    if (*box == NULL) {
+        lua_pushliteral(L, MATCHER_MT " (freed)");
+    } else {
+        lua_pushfstring(L, MATCHER_MT " (%d rule%s)", (int)relay_matcher_count(*box),
+                        relay_matcher_count(*box) == 1 ? "" : "s");
+    }
+    return 1;
+}
+
 
 static const luaL_Reg methods[] = {
-    {"add", l_add},     {"add_many", l_add_many}, {"compile", l_compile}, {"count", l_count},
-    {"match", l_match}, {"scan_file", l_scan_file}, {"__gc", l_gc}, {NULL, NULL},
+    {"add", l_add},   {"add_many", l_add_many},   {"compile", l_compile}, {"count", l_count}, {"match", l_match},
+    {"scan", l_scan}, {"__tostring", l_tostring}, {"__gc", l_gc},         {NULL, NULL},
 };
 
 static const luaL_Reg functions[] = {
@@ -231,306 +453,11 @@ static const luaL_Reg functions[] = {
 };
 
 
-/* State of one m:scan_file() call; everything it allocates is freed by
- * job_free, and no Lua error is raised while it is alive. */
-typedef struct scan_job {
-    relay_matcher *m;
-    size_t max_bytes;
-    int64_t now_ms;
-    int count_only, label_only;
-    const char **labels;    /* per rule id, or NULL for the id itself */
-    size_t nlabels;
-    const char *display;
-    FILE *in;
-    char *buf, *out;
-    size_t cap, outlen;
-    uint32_t *ids;
-    size_t ids_cap;
-    long long line, matched, total;
-} scan_job;
-
-
-static void
-job_flush(scan_job *job)
-{
-    if (job->outlen)
-        fwrite(job->out, 1, job->outlen, stdout);
-    job->outlen = 0;
-}
-
-
-static void
-job_emit(scan_job *job, uint32_t id)
-{
-    char num[32];
-    const char *label = num;
-    int n;
-
-    if (job->outlen > OUT_CHUNK - 256)
-        job_flush(job);
-    if (job->label_only) {
-        job->outlen += (size_t)snprintf(job->out + job->outlen, 32, "%lld\n", job->line);
-        return;
-    }
-    if (id < job->nlabels && job->labels[id])
-        label = job->labels[id];
-    else
-        snprintf(num, sizeof num, "%u", id);
-    n = snprintf(job->out + job->outlen, OUT_CHUNK - job->outlen, "%lld %s\n", job->line, label);
-    if (n < 0 || (size_t)n >= OUT_CHUNK - job->outlen) {
-        /* A label longer than the buffer goes straight to stdio. */
-        job_flush(job);
-        printf("%lld %s\n", job->line, label);
-        return;
-    }
-    job->outlen += (size_t)n;
-}
-
-
-static void
-job_line(scan_job *job, const char *text, size_t len)
-{
-    char reason[256];
-    uint32_t *grown;
-    int n, i;
-
-    job->line++;
-    job->total++;
-    n = relay_matcher_match(job->m, text, len, job->max_bytes, job->now_ms, job->ids,
-                            job->ids_cap, reason, sizeof reason);
-    if (n > 0 && (size_t)n > job->ids_cap && (grown = realloc(job->ids, (size_t)n * sizeof *grown))) {
-        job->ids = grown;
-        job->ids_cap = (size_t)n;
-        n = relay_matcher_match(job->m, text, len, job->max_bytes, job->now_ms, job->ids,
-                                job->ids_cap, reason, sizeof reason);
-    }
-    if (n < 0) {
-        job_flush(job);
-        fprintf(stderr, "relay: %s:%lld: %s\n", job->display, job->line, reason);
-        return;
-    }
-    if (n == 0)
-        return;
-    job->matched++;
-    if (job->count_only)
-        return;
-    for (i = 0; i < n && (size_t)i < job->ids_cap; i++) {
-        job_emit(job, job->ids[i]);
-        if (job->label_only)
-            break;
-    }
-}
-
-
-/* A line that does not fit the buffer: `have` bytes of it are in buf. Read
- * past its end without keeping it, report it, and keep what follows. */
-static size_t
-job_skip_long_line(scan_job *job, size_t have)
-{
-    size_t total = have, n;
-    char *nl, reason[128];
-
-    for (;;) {
-        n = fread(job->buf, 1, job->cap, job->in);
-        if (n == 0)
-            break;
-        if ((nl = memchr(job->buf, '\n', n))) {
-            total += (size_t)(nl - job->buf);
-            n -= (size_t)(nl - job->buf) + 1;
-            memmove(job->buf, nl + 1, n);
-            goto report;
-        }
-        total += n;
-    }
-    n = 0;
-report:
-    job->line++;
-    job->total++;
-    job_flush(job);
-    snprintf(reason, sizeof reason, "event too large (%zu bytes > %zu)", total, job->max_bytes);
-    fprintf(stderr, "relay: %s:%lld: %s\n", job->display, job->line, reason);
-    return n;
-}
-
-
-/* Split the input into lines and match each; 0, or -1 on a read error. */
-static int
-job_run(scan_job *job)
-{
-    size_t start = 0, end = 0, n;
-    char *nl;
-
-    for (;;) {
-        if ((nl = memchr(job->buf + start, '\n', end - start))) {
-            job_line(job, job->buf + start, (size_t)(nl - (job->buf + start)));
-            start = (size_t)(nl - job->buf) + 1;
-            continue;
-        }
-        memmove(job->buf, job->buf + start, end - start);
-        end -= start;
-        start = 0;
-        if (end == job->cap) {
-            end = job_skip_long_line(job, end);
-            continue;
-        }
-        n = fread(job->buf + end, 1, job->cap - end, job->in);
-        if (n == 0)
-            break;
-        end += n;
-    }
-    if (ferror(job->in))
-        return -1;
-    if (end > 0)
-        job_line(job, job->buf, end);
-    return 0;
-}
-
-
-static int
-opt_field_bool(lua_State *L, int opts, const char *name)
-{
-    int v;
-
-    lua_getfield(L, opts, name);
-    v = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-
-static lua_Number
-opt_field_number(lua_State *L, int opts, const char *name, lua_Number dflt)
-{
-    lua_Number v = dflt;
-
-    lua_getfield(L, opts, name);
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isnumber(L, -1))
-            luaL_error(L, "scan_file: opts.%s must be a number", name);
-        v = lua_tonumber(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-
-/* Collect opts.names (0-based with names[0], else 1-based) into job->labels.
- * The strings stay alive because opts stays on the stack. */
-static int
-job_labels(lua_State *L, int opts, scan_job *job)
-{
-    size_t i, n = relay_matcher_count(job->m);
-    int base;
-
-    lua_getfield(L, opts, "names");
-    if (lua_isnil(L, -1)) {
-        lua_pop(L, 1);
-        return 0;
-    }
-    if (!lua_istable(L, -1))
-        luaL_error(L, "scan_file: opts.names must be a table");
-    lua_rawgeti(L, -1, 0);
-    base = lua_isnil(L, -1) ? 1 : 0;
-    lua_pop(L, 1);
-    if (n && !(job->labels = calloc(n, sizeof *job->labels)))
-        return -1;
-    job->nlabels = n;
-    for (i = 0; i < n; i++) {
-        lua_rawgeti(L, -1, (int)i + base);
-        if (lua_type(L, -1) == LUA_TSTRING)
-            job->labels[i] = lua_tostring(L, -1);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    return 0;
-}
-
-
-static void
-job_free(scan_job *job)
-{
-    if (job->in && job->in != stdin)
-        fclose(job->in);
-    free(job->labels);
-    free(job->buf);
-    free(job->out);
-    free(job->ids);
-}
-
-
-/* Read buffer: room for the longest acceptable line plus its newline. */
-static size_t
-job_buffer_size(size_t max_bytes)
-{
-    size_t cap = max_bytes < (1u << 30) ? max_bytes + 1 : (1u << 30);
-
-    return cap < READ_CHUNK ? READ_CHUNK : cap;
-}
-
-
-/*** @function m:scan_file(path, opts)
- * Match every line of a file ("-" = stdin) without per-line Lua calls.
- * opts: max_bytes, now_ms, count_only, names ({[0]=...} or 1-based labels
- * per rule id), label_only (print only the line number, once per matching
- * line), display_name (file name in messages). Prints "<line> <label>" per
- * match to stdout, "relay: <file>:<line>: <reason>" per malformed line
- * (an empty line is malformed: "empty event") to stderr; every line counts.
- * Returns matched_events, total_events, or nil, err when the file cannot be
- * read. */
-static int
-l_scan_file(lua_State *L)
-{
-    relay_matcher **box = check_box(L);
-    const char *path = luaL_checkstring(L, 2);
-    scan_job job;
-    int rc;
-
-    memset(&job, 0, sizeof job);
-    if (!lua_isnoneornil(L, 3))
-        luaL_checktype(L, 3, LUA_TTABLE);
-    else {
-        lua_settop(L, 2);
-        lua_newtable(L);
-    }
-    job.m = *box;
-    job.max_bytes = (size_t)opt_field_number(L, 3, "max_bytes", 1 << 20);
-    job.now_ms = (int64_t)opt_field_number(L, 3, "now_ms", 0);
-    job.count_only = opt_field_bool(L, 3, "count_only");
-    job.label_only = opt_field_bool(L, 3, "label_only");
-    lua_getfield(L, 3, "display_name");
-    job.display = lua_isstring(L, -1) ? lua_tostring(L, -1) : path; /* kept on the stack */
-    if (job_labels(L, 3, &job) < 0) {
-        job_free(&job);
-        return luaL_error(L, "out of memory");
-    }
-    job.in = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!job.in) {
-        lua_pushfstring(L, "cannot open %s: %s", path, strerror(errno));
-        job_free(&job);
-        return nil_error(L, lua_tostring(L, -1));
-    }
-    job.cap = job_buffer_size(job.max_bytes);
-    job.ids_cap = IDS_ON_STACK;
-    if (!(job.buf = malloc(job.cap)) || !(job.out = malloc(OUT_CHUNK))
-        || !(job.ids = malloc(job.ids_cap * sizeof *job.ids))) {
-        job_free(&job);
-        return luaL_error(L, "out of memory");
-    }
-    rc = job_run(&job);
-    job_flush(&job);
-    fflush(stdout);
-    job_free(&job);
-    if (rc < 0)
-        return nil_error(L, "read error");
-    lua_pushnumber(L, (lua_Number)job.matched);
-    lua_pushnumber(L, (lua_Number)job.total);
-    return 2;
-}
-
-
 int
 luaopen_relay_core_matcher(lua_State *L)
 {
     relay_lua_new_module(L, MATCHER_MT, methods, functions);
+    push_operators(L);
+    lua_setfield(L, -2, "operators");
     return 1;
 }

@@ -22,7 +22,7 @@
 typedef struct lproc {
     relay_proc *p;
     pid_t pid;
-    int self_ref;     /* anchors the userdata while the child runs */
+    int self_ref; /* anchors the userdata while the child runs */
     int on_line_ref;
     char **term_argv;
     char **kill_argv;
@@ -259,12 +259,12 @@ fill_identity(lua_State *L, relay_proc_opts *o)
     lua_getfield(L, 1, "gid");
     if (!lua_isnil(L, -2) || !lua_isnil(L, -1)) {
         o->set_ids = 1;
-        o->uid = (long) luaL_checkinteger(L, -2);
-        o->gid = (long) luaL_checkinteger(L, -1);
+        o->uid = (long)luaL_checkinteger(L, -2);
+        o->gid = (long)luaL_checkinteger(L, -1);
         luaL_argcheck(L, o->uid >= 0 && o->gid >= 0, 1, "uid and gid must be set together, >= 0");
     }
     lua_pop(L, 2);
-    o->nofile = (long) opt_number(L, 1, "nofile", 0);
+    o->nofile = (long)opt_number(L, 1, "nofile", 0);
     lua_getfield(L, 1, "no_core");
     o->no_core = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -289,8 +289,8 @@ opt_fds(lua_State *L, size_t *n)
     luaL_argcheck(L, len <= 16, 1, "at most 16 pass_fds");
     fds = calloc(len + 1, sizeof *fds);
     for (i = 0; fds != NULL && i < len; i++) {
-        lua_rawgeti(L, -1, (int) i + 1);
-        fds[i] = (int) lua_tointeger(L, -1);
+        lua_rawgeti(L, -1, (int)i + 1);
+        fds[i] = (int)lua_tointeger(L, -1);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);

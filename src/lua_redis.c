@@ -29,7 +29,7 @@ typedef struct {
     relay_redis *conn;
     relay_wait_token connect_token;
     int connect_waiting;
-    int self_ref;   /* anchors the userdata until the first handshake ends */
+    int self_ref; /* anchors the userdata until the first handshake ends */
 } async_client;
 
 typedef struct {
@@ -51,7 +51,7 @@ push_reply(lua_State *L, const redisReply *reply, int top_level)
         lua_pushlstring(L, reply->str, reply->len);
         break;
     case REDIS_REPLY_INTEGER:
-        lua_pushnumber(L, (lua_Number) reply->integer);
+        lua_pushnumber(L, (lua_Number)reply->integer);
         break;
     case REDIS_REPLY_NIL:
         lua_pushlightuserdata(L, NULL);
@@ -72,10 +72,10 @@ push_reply(lua_State *L, const redisReply *reply, int top_level)
         break;
     case REDIS_REPLY_ARRAY:
         lua_checkstack(L, 4);
-        lua_createtable(L, (int) reply->elements, 0);
+        lua_createtable(L, (int)reply->elements, 0);
         for (size_t i = 0; i < reply->elements; i++) {
             push_reply(L, reply->element[i], 0);
-            lua_rawseti(L, -2, (int) i + 1);
+            lua_rawseti(L, -2, (int)i + 1);
         }
         break;
     default:
@@ -112,17 +112,17 @@ read_addr(lua_State *L, int idx, relay_redis_addr *addr)
     luaL_checktype(L, idx, LUA_TTABLE);
     memset(addr, 0, sizeof(*addr));
     lua_getfield(L, idx, "path");
-    addr->path = (char *) lua_tostring(L, -1);
+    addr->path = (char *)lua_tostring(L, -1);
     lua_getfield(L, idx, "host");
-    addr->host = (char *) lua_tostring(L, -1);
+    addr->host = (char *)lua_tostring(L, -1);
     lua_getfield(L, idx, "port");
-    addr->port = (int) lua_tointeger(L, -1);
+    addr->port = (int)lua_tointeger(L, -1);
     lua_getfield(L, idx, "user");
-    addr->user = (char *) lua_tostring(L, -1);
+    addr->user = (char *)lua_tostring(L, -1);
     lua_getfield(L, idx, "password");
-    addr->password = (char *) lua_tostring(L, -1);
+    addr->password = (char *)lua_tostring(L, -1);
     lua_getfield(L, idx, "db");
-    addr->db = (int) lua_tointeger(L, -1);
+    addr->db = (int)lua_tointeger(L, -1);
     /* The strings stay referenced by the table at idx; callers copy them
      * before that table can be collected. */
     lua_pop(L, 6);
@@ -139,7 +139,7 @@ static int
 collect_argv(lua_State *L, int first, const char **argv, size_t *argvlen)
 {
     int from_table = lua_istable(L, first);
-    int n = from_table ? (int) lua_objlen(L, first) : lua_gettop(L) - first + 1;
+    int n = from_table ? (int)lua_objlen(L, first) : lua_gettop(L) - first + 1;
 
     luaL_argcheck(L, n > 0 && n <= MAX_ARGS, first, "a command needs 1..4096 words");
     luaL_checkstack(L, n + 8, "too many redis command words");
@@ -364,7 +364,7 @@ lua_redis_async_info(lua_State *L)
     lua_setfield(L, -2, "address");
     lua_pushboolean(L, relay_redis_is_connected(c->conn));
     lua_setfield(L, -2, "connected");
-    lua_pushnumber(L, (lua_Number) relay_redis_reconnect_count(c->conn));
+    lua_pushnumber(L, (lua_Number)relay_redis_reconnect_count(c->conn));
     lua_setfield(L, -2, "reconnects");
     lua_pushstring(L, relay_redis_last_error(c->conn));
     lua_setfield(L, -2, "last_error");
@@ -470,22 +470,57 @@ lua_redis_sync_close(lua_State *L)
 }
 
 
+/***
+ * @function tostring(client)
+ * @return "relay.redis.async (<address>, connected|disconnected)", or "(closed)"
+ */
+static int
+lua_redis_async_tostring(lua_State *L)
+{
+    async_client *c = luaL_checkudata(L, 1, ASYNC_CLASS);
+
+    if (c->conn == NULL) {
+        lua_pushliteral(L, ASYNC_CLASS " (closed)");
+    } else {
+        lua_pushfstring(L, ASYNC_CLASS " (%s, %s)", relay_redis_describe(c->conn),
+                        relay_redis_is_connected(c->conn) ? "connected" : "disconnected");
+    }
+    return 1;
+}
+
+
+/***
+ * @function tostring(sync)
+ * @return "relay.redis.sync (<address>)", or "(closed)"
+ */
+static int
+lua_redis_sync_tostring(lua_State *L)
+{
+    sync_client *c = luaL_checkudata(L, 1, SYNC_CLASS);
+
+    if (c->ctx == NULL) {
+        lua_pushliteral(L, SYNC_CLASS " (closed)");
+    } else {
+        lua_pushfstring(L, SYNC_CLASS " (%s)", c->where);
+    }
+    return 1;
+}
+
+
 int
 luaopen_relay_core_redis(lua_State *L)
 {
     static const luaL_Reg async_methods[] = {
-        {"call", lua_redis_async_call},
-        {"call_timeout", lua_redis_async_call_timeout},
-        {"connected", lua_redis_async_connected},
-        {"info", lua_redis_async_info},
-        {"close", lua_redis_async_close},
-        {"__gc", lua_redis_async_close},
-        {NULL, NULL},
+        {"call", lua_redis_async_call},           {"call_timeout", lua_redis_async_call_timeout},
+        {"connected", lua_redis_async_connected}, {"info", lua_redis_async_info},
+        {"close", lua_redis_async_close},         {"__gc", lua_redis_async_close},
+        {"__tostring", lua_redis_async_tostring}, {NULL, NULL},
     };
     static const luaL_Reg sync_methods[] = {
         {"call", lua_redis_sync_call},
         {"close", lua_redis_sync_close},
         {"__gc", lua_redis_sync_close},
+        {"__tostring", lua_redis_sync_tostring},
         {NULL, NULL},
     };
     static const luaL_Reg functions[] = {

@@ -34,8 +34,8 @@ static int
 lua_safefs_mkdir_beneath(lua_State *L)
 {
     char err[512];
-    int rc = relay_safe_mkdir(luaL_checkstring(L, 1), luaL_checkstring(L, 2), (mode_t) luaL_checkinteger(L, 3),
-                              err, sizeof(err));
+    int rc = relay_safe_mkdir(luaL_checkstring(L, 1), luaL_checkstring(L, 2), (mode_t)luaL_checkinteger(L, 3), err,
+                              sizeof(err));
 
     return push_result(L, rc, err);
 }
@@ -49,8 +49,8 @@ static int
 lua_safefs_touch_beneath(lua_State *L)
 {
     char err[512];
-    int rc = relay_safe_touch(luaL_checkstring(L, 1), luaL_checkstring(L, 2), (mode_t) luaL_checkinteger(L, 3),
-                              err, sizeof(err));
+    int rc = relay_safe_touch(luaL_checkstring(L, 1), luaL_checkstring(L, 2), (mode_t)luaL_checkinteger(L, 3), err,
+                              sizeof(err));
 
     return push_result(L, rc, err);
 }
@@ -66,8 +66,7 @@ lua_safefs_write_new(lua_State *L)
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     char err[512];
-    int rc = relay_safe_write_new(luaL_checkstring(L, 1), data, len, (mode_t) luaL_checkinteger(L, 3), err,
-                                  sizeof(err));
+    int rc = relay_safe_write_new(luaL_checkstring(L, 1), data, len, (mode_t)luaL_checkinteger(L, 3), err, sizeof(err));
 
     return push_result(L, rc, err);
 }
@@ -81,7 +80,7 @@ static int
 lua_safefs_private_dir(lua_State *L)
 {
     char err[512];
-    int rc = relay_safe_private_dir(luaL_checkstring(L, 1), (mode_t) luaL_checkinteger(L, 2), err, sizeof(err));
+    int rc = relay_safe_private_dir(luaL_checkstring(L, 1), (mode_t)luaL_checkinteger(L, 2), err, sizeof(err));
 
     return push_result(L, rc, err);
 }
@@ -131,7 +130,7 @@ lua_safefs_open_read(lua_State *L)
 static int
 lua_safefs_close(lua_State *L)
 {
-    close((int) luaL_checkinteger(L, 1));
+    close((int)luaL_checkinteger(L, 1));
     return 0;
 }
 
@@ -162,11 +161,11 @@ lua_safefs_lstat(lua_State *L)
     lua_createtable(L, 0, 4);
     lua_pushstring(L, type);
     lua_setfield(L, -2, "type");
-    lua_pushinteger(L, (lua_Integer) st.st_uid);
+    lua_pushinteger(L, (lua_Integer)st.st_uid);
     lua_setfield(L, -2, "uid");
-    lua_pushinteger(L, (lua_Integer) st.st_gid);
+    lua_pushinteger(L, (lua_Integer)st.st_gid);
     lua_setfield(L, -2, "gid");
-    lua_pushinteger(L, (lua_Integer) (st.st_mode & 07777));
+    lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
     lua_setfield(L, -2, "mode");
     return 1;
 }

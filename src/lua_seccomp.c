@@ -32,8 +32,7 @@ check_kind(lua_State *L, int idx)
 
 /* Sets t[action_key] and, for ERRNO, t[errno_key] on the table on top. */
 static void
-set_action(lua_State *L, relay_seccomp_action action, int errno_ret, const char *action_key,
-           const char *errno_key)
+set_action(lua_State *L, relay_seccomp_action action, int errno_ret, const char *action_key, const char *errno_key)
 {
     if (action == RELAY_SECCOMP_ACT_ALLOW) {
         lua_pushliteral(L, "SCMP_ACT_ALLOW");
@@ -56,10 +55,10 @@ push_strings(lua_State *L, size_t (*list)(const char **, size_t, void *), void *
     const char **names = lua_newuserdata(L, (n > 0 ? n : 1) * sizeof(*names));
 
     list(names, n, ud);
-    lua_createtable(L, (int) n, 0);
+    lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
         lua_pushstring(L, names[i]);
-        lua_rawseti(L, -2, (int) i + 1);
+        lua_rawseti(L, -2, (int)i + 1);
     }
     lua_remove(L, -2);
 }
@@ -68,14 +67,14 @@ push_strings(lua_State *L, size_t (*list)(const char **, size_t, void *), void *
 static size_t
 list_names(const char **out, size_t cap, void *ud)
 {
-    return relay_seccomp_names(*(relay_seccomp_kind *) ud, out, cap);
+    return relay_seccomp_names(*(relay_seccomp_kind *)ud, out, cap);
 }
 
 
 static size_t
 list_arches(const char **out, size_t cap, void *ud)
 {
-    (void) ud;
+    (void)ud;
     return relay_seccomp_architectures(out, cap);
 }
 
@@ -101,12 +100,12 @@ push_rule(lua_State *L, const relay_seccomp_rule *r)
     }
     lua_createtable(L, 1, 0);
     lua_createtable(L, 0, 4);
-    lua_pushinteger(L, (lua_Integer) r->arg_index);
+    lua_pushinteger(L, (lua_Integer)r->arg_index);
     lua_setfield(L, -2, "index");
-    lua_pushnumber(L, (lua_Number) r->value);
+    lua_pushnumber(L, (lua_Number)r->value);
     lua_setfield(L, -2, "value");
     if (r->op == RELAY_SECCOMP_CMP_MASKED_EQ) {
-        lua_pushnumber(L, (lua_Number) r->value_two);
+        lua_pushnumber(L, (lua_Number)r->value_two);
         lua_setfield(L, -2, "valueTwo");
     }
     lua_pushstring(L, ops[r->op]);
@@ -123,7 +122,7 @@ push_syscalls(lua_State *L, relay_seccomp_kind kind)
     const relay_seccomp_profile *p = relay_seccomp_profile_get(kind);
     int n = 0;
 
-    lua_createtable(L, (int) p->nrules + 1, 0);
+    lua_createtable(L, (int)p->nrules + 1, 0);
     lua_createtable(L, 0, 3);
     push_strings(L, list_names, &kind);
     lua_setfield(L, -2, "names");

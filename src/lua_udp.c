@@ -31,7 +31,7 @@ static int
 lua_udp_open(lua_State *L)
 {
     const char *host = luaL_checkstring(L, 1);
-    int port = (int) luaL_checkinteger(L, 2);
+    int port = (int)luaL_checkinteger(L, 2);
     int allow_names = lua_toboolean(L, 3);
     char err[256];
     ludp *s = lua_newuserdata(L, sizeof(*s));
@@ -81,9 +81,29 @@ lua_udp_counts(lua_State *L)
     if (s->u != NULL) {
         relay_udp_counts(s->u, &sent, &dropped);
     }
-    lua_pushnumber(L, (lua_Number) sent);
-    lua_pushnumber(L, (lua_Number) dropped);
+    lua_pushnumber(L, (lua_Number)sent);
+    lua_pushnumber(L, (lua_Number)dropped);
     return 2;
+}
+
+
+/***
+ * @function tostring(sock)
+ * @return "relay.core.udp.socket (sent N, dropped N)", or "(closed)"
+ */
+static int
+lua_udp_tostring(lua_State *L)
+{
+    ludp *s = check_udp(L, 1);
+    uint64_t sent = 0, dropped = 0;
+
+    if (s->u == NULL) {
+        lua_pushliteral(L, UDP_MT " (closed)");
+        return 1;
+    }
+    relay_udp_counts(s->u, &sent, &dropped);
+    lua_pushfstring(L, UDP_MT " (sent %f, dropped %f)", (lua_Number)sent, (lua_Number)dropped);
+    return 1;
 }
 
 
@@ -109,11 +129,8 @@ luaopen_relay_core_udp(lua_State *L)
         {NULL, NULL},
     };
     static const luaL_Reg methods[] = {
-        {"send", lua_udp_send},
-        {"counts", lua_udp_counts},
-        {"close", lua_udp_close},
-        {"__gc", lua_udp_close},
-        {NULL, NULL},
+        {"send", lua_udp_send},  {"counts", lua_udp_counts},       {"close", lua_udp_close},
+        {"__gc", lua_udp_close}, {"__tostring", lua_udp_tostring}, {NULL, NULL},
     };
 
     relay_lua_new_module(L, UDP_MT, methods, functions);

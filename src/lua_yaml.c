@@ -24,15 +24,31 @@ int luaopen_relay_core_yaml(lua_State *L);
 /* Stack slots (relative to tree_ctx.base) of the strings every node uses: pushed once
  * per load, so each field store is a pushvalue + rawset instead of hashing the name. */
 enum {
-    S_KIND, S_LINE, S_COL, S_VALUE, S_TEXT, S_QUOTED, S_KEYS, S_VALUES, S_ITEMS,
-    S_SCALAR, S_MAP, S_SEQ, S_EVENT, S_HANDLER, S_HANDLER_LINE, S_HANDLER_COL,
-    S_PATTERN_JSON, S_TIMEOUT, S_RETRIES, S_COUNT
+    S_KIND,
+    S_LINE,
+    S_COL,
+    S_VALUE,
+    S_TEXT,
+    S_QUOTED,
+    S_KEYS,
+    S_VALUES,
+    S_ITEMS,
+    S_SCALAR,
+    S_MAP,
+    S_SEQ,
+    S_EVENT,
+    S_HANDLER,
+    S_HANDLER_LINE,
+    S_HANDLER_COL,
+    S_PATTERN_JSON,
+    S_TIMEOUT,
+    S_RETRIES,
+    S_COUNT
 };
 
 static const char *const slot_names[S_COUNT] = {
-    "kind", "line", "col", "value", "text", "quoted", "keys", "values", "items",
-    "scalar", "map", "seq", "event", "handler", "handler_line", "handler_col",
-    "pattern_json", "timeout", "retries",
+    "kind", "line", "col",   "value",   "text",         "quoted",      "keys",         "values",  "items",   "scalar",
+    "map",  "seq",  "event", "handler", "handler_line", "handler_col", "pattern_json", "timeout", "retries",
 };
 
 typedef struct {
@@ -378,6 +394,18 @@ lua_yaml_guard_gc(lua_State *L)
 }
 
 
+/* The guard lives only while load() builds the tree; its name says so when a
+ * traceback or a debugger shows it. */
+static int
+lua_yaml_guard_tostring(lua_State *L)
+{
+    load_guard *guard = luaL_checkudata(L, 1, TREE_GUARD);
+
+    lua_pushstring(L, guard->root != NULL ? TREE_GUARD " (held)" : TREE_GUARD " (released)");
+    return 1;
+}
+
+
 int
 luaopen_relay_core_yaml(lua_State *L)
 {
@@ -386,6 +414,8 @@ luaopen_relay_core_yaml(lua_State *L)
     luaL_newmetatable(L, TREE_GUARD);
     lua_pushcfunction(L, lua_yaml_guard_gc);
     lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, lua_yaml_guard_tostring);
+    lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
     lua_createtable(L, 0, 3);
     luaL_register(L, NULL, funcs);

@@ -33,22 +33,25 @@ temporal(const relay_matcher *m, const malt *a, const mocc *o)
     int32_t nsec, cnsec;
     int beyond, order;
 
-    if (o->type != RELAY_JSON_STRING || mtime_parse(o->str, o->len, &sec, &nsec, &beyond) < 0)
+    if (o->type != RELAY_JSON_STRING || mtime_parse(o->str, o->len, &sec, &nsec, &beyond) < 0) {
         return 0;
-    if (__builtin_add_overflow(m->now_ms, a->offset_ms, &cutoff_ms))
+    }
+    if (__builtin_add_overflow(m->now_ms, a->offset_ms, &cutoff_ms)) {
         cutoff_ms = a->offset_ms > 0 ? INT64_MAX : INT64_MIN;
+    }
     csec = cutoff_ms / 1000;
     cnsec = (int32_t)(cutoff_ms % 1000) * 1000000;
     if (cnsec < 0) {
         csec--;
         cnsec += 1000000000;
     }
-    if (sec != csec)
+    if (sec != csec) {
         order = sec < csec ? -1 : 1;
-    else if (nsec != cnsec)
+    } else if (nsec != cnsec) {
         order = nsec < cnsec ? -1 : 1;
-    else
+    } else {
         order = beyond;
+    }
     return compare((double)order, 0.0, (cmp_op)a->op);
 }
 
@@ -60,8 +63,7 @@ value_matches(const relay_matcher *m, const malt *a, const mocc *o)
 
     switch (a->kind) {
     case ALT_EQ_STR:
-        return o->type == RELAY_JSON_STRING && o->len == a->str_len
-               && memcmp(o->str, lit, o->len) == 0;
+        return o->type == RELAY_JSON_STRING && o->len == a->str_len && memcmp(o->str, lit, o->len) == 0;
     case ALT_EQ_NUM:
         return o->type == RELAY_JSON_NUMBER && o->num == a->num;
     case ALT_EQ_TRUE:
@@ -71,8 +73,7 @@ value_matches(const relay_matcher *m, const malt *a, const mocc *o)
     case ALT_EQ_NULL:
         return o->type == RELAY_JSON_NULL;
     case ALT_PREFIX:
-        return o->type == RELAY_JSON_STRING && o->len >= a->str_len
-               && memcmp(o->str, lit, a->str_len) == 0;
+        return o->type == RELAY_JSON_STRING && o->len >= a->str_len && memcmp(o->str, lit, a->str_len) == 0;
     case ALT_SUFFIX:
         return o->type == RELAY_JSON_STRING && o->len >= a->str_len
                && memcmp(o->str + o->len - a->str_len, lit, a->str_len) == 0;
@@ -93,14 +94,16 @@ group_matches(const relay_matcher *m, const malt *a, const mslot *s)
 {
     uint32_t o;
 
-    if (!s || !s->present)
+    if (!s || !s->present) {
         return m->groups[a->group].holds_on_empty;
+    }
     for (o = s->head; o != MNONE; o = m->occs[o].next) {
         const mocc *occ = &m->occs[o];
 
         if (occ->type == RELAY_JSON_OBJECT && occ->inst >= 0 ? eval_group(m, a->group, occ->inst)
-                                                             : m->groups[a->group].holds_on_empty)
+                                                             : m->groups[a->group].holds_on_empty) {
             return 1;
+        }
     }
     return 0;
 }
@@ -111,15 +114,20 @@ alt_matches(const relay_matcher *m, const malt *a, const mslot *s)
 {
     uint32_t o;
 
-    if (a->kind == ALT_EXISTS)
+    if (a->kind == ALT_EXISTS) {
         return (s && s->present) == a->exists;
-    if (a->kind == ALT_GROUP)
+    }
+    if (a->kind == ALT_GROUP) {
         return group_matches(m, a, s);
-    if (!s || !s->present)
+    }
+    if (!s || !s->present) {
         return 0;
-    for (o = s->head; o != MNONE; o = m->occs[o].next)
-        if (value_matches(m, a, &m->occs[o]))
+    }
+    for (o = s->head; o != MNONE; o = m->occs[o].next) {
+        if (value_matches(m, a, &m->occs[o])) {
             return 1;
+        }
+    }
     return 0;
 }
 
@@ -130,17 +138,20 @@ eval_group(const relay_matcher *m, uint32_t group, int32_t inst)
     const mgroup *g = &m->groups[group];
     uint32_t f, a;
 
-    if (inst < 0)
+    if (inst < 0) {
         return g->holds_on_empty;
+    }
     for (f = g->first_field; f != MNONE; f = m->fields[f].next) {
         const mfield *field = &m->fields[f];
         const mslot *s = &m->slots[m->insts[inst].slot_base + m->nodes[field->node].child_index];
         int ok = 0;
 
-        for (a = field->first_alt; a != MNONE && !ok; a = m->alts[a].next)
+        for (a = field->first_alt; a != MNONE && !ok; a = m->alts[a].next) {
             ok = alt_matches(m, &m->alts[a], s);
-        if (!ok)
+        }
+        if (!ok) {
             return 0;
+        }
     }
     return 1;
 }

@@ -40,8 +40,9 @@ field_score(const relay_matcher *m, const mfield *f)
 
     for (a = f->first_alt; a != MNONE; a = m->alts[a].next) {
         s = alt_score(&m->alts[a]);
-        if (s < best)
+        if (s < best) {
             best = s;
+        }
     }
     return best;
 }
@@ -61,8 +62,9 @@ find_anchor(const relay_matcher *m, uint32_t group, uint32_t *best, int *best_sc
             *best = f;
             *best_score = s;
         }
-        if (first->kind == ALT_GROUP && first->next == MNONE)
+        if (first->kind == ALT_GROUP && first->next == MNONE) {
             find_anchor(m, first->group, best, best_score);
+        }
     }
 }
 
@@ -71,9 +73,8 @@ static uint32_t
 alt_tag(const malt *a)
 {
     static const uint32_t tags[] = {
-        [ALT_EQ_STR] = TAG_STR, [ALT_EQ_NUM] = TAG_NUM, [ALT_EQ_TRUE] = TAG_TRUE,
-        [ALT_EQ_FALSE] = TAG_FALSE, [ALT_EQ_NULL] = TAG_NULL, [ALT_PREFIX] = TAG_PREFIX,
-        [ALT_SUFFIX] = TAG_SUFFIX,
+        [ALT_EQ_STR] = TAG_STR,   [ALT_EQ_NUM] = TAG_NUM,    [ALT_EQ_TRUE] = TAG_TRUE,  [ALT_EQ_FALSE] = TAG_FALSE,
+        [ALT_EQ_NULL] = TAG_NULL, [ALT_PREFIX] = TAG_PREFIX, [ALT_SUFFIX] = TAG_SUFFIX,
     };
 
     return tags[a->kind];
@@ -86,13 +87,16 @@ add_length(uint32_t **lens, uint32_t *n, uint32_t len)
 {
     uint32_t i, *grown;
 
-    for (i = 0; i < *n && (*lens)[i] < len; i++)
+    for (i = 0; i < *n && (*lens)[i] < len; i++) {
         ;
-    if (i < *n && (*lens)[i] == len)
+    }
+    if (i < *n && (*lens)[i] == len) {
         return 0;
-    if (!(grown = realloc(*lens, (*n + 1) * sizeof **lens)))
+    }
+    if (!(grown = realloc(*lens, (*n + 1) * sizeof(**lens)))) {
         return -1;
-    memmove(grown + i + 1, grown + i, (*n - i) * sizeof *grown);
+    }
+    memmove(grown + i + 1, grown + i, (*n - i) * sizeof(*grown));
     grown[i] = len;
     *lens = grown;
     (*n)++;
@@ -112,13 +116,15 @@ index_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, int fil
     mnode *n = &m->nodes[node];
 
     if (fill) {
-        if (e->count == 0 || m->postings[e->value + e->count - 1] != rule)
+        if (e->count == 0 || m->postings[e->value + e->count - 1] != rule) {
             m->postings[e->value + e->count++] = rule;
+        }
         return 0;
     }
     if (!e) {
-        if (!(e = mtable_insert(&m->index, h)))
+        if (!(e = mtable_insert(&m->index, h))) {
             return -1;
+        }
         e->node = node;
         e->tag = tag;
         e->key_off = a->str_off;
@@ -130,10 +136,12 @@ index_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, int fil
         e->count++;
     }
     n->indexed |= (uint8_t)(1u << tag);
-    if (tag == TAG_PREFIX)
+    if (tag == TAG_PREFIX) {
         return add_length(&n->prefix_lens, &n->nprefix, a->str_len);
-    if (tag == TAG_SUFFIX)
+    }
+    if (tag == TAG_SUFFIX) {
         return add_length(&n->suffix_lens, &n->nsuffix, a->str_len);
+    }
     return 0;
 }
 
@@ -147,14 +155,15 @@ layout_postings(relay_matcher *m)
     for (i = 0; i < m->index.cap; i++) {
         mentry *e = &m->index.slots[i];
 
-        if (!e->used)
+        if (!e->used) {
             continue;
+        }
         e->value = (uint32_t)total;
         total += e->count;
         e->count = 0;
     }
     m->npostings = total;
-    return mgrow(&m->postings, &m->postings_cap, total ? total : 1, sizeof *m->postings);
+    return mgrow(&m->postings, &m->postings_cap, total ? total : 1, sizeof(*m->postings));
 }
 
 
@@ -168,14 +177,17 @@ index_pass(relay_matcher *m, uint32_t *anchors, int fill)
         const mfield *f;
 
         if (anchors[r] == MNONE) {
-            if (fill)
+            if (fill) {
                 m->always[m->nalways++] = r;
+            }
             continue;
         }
         f = &m->fields[anchors[r]];
-        for (a = f->first_alt; a != MNONE; a = m->alts[a].next)
-            if (index_alt(m, f->node, &m->alts[a], r, fill) < 0)
+        for (a = f->first_alt; a != MNONE; a = m->alts[a].next) {
+            if (index_alt(m, f->node, &m->alts[a], r, fill) < 0) {
                 return -1;
+            }
+        }
     }
     return 0;
 }
@@ -187,8 +199,9 @@ mindex_build(relay_matcher *m)
     uint32_t *anchors, r;
     int score, rc = -1;
 
-    if (!(anchors = malloc((m->nrules ? m->nrules : 1) * sizeof *anchors)))
+    if (!(anchors = malloc((m->nrules ? m->nrules : 1) * sizeof(*anchors)))) {
         return -1;
+    }
     for (r = 0; r < m->nrules; r++) {
         anchors[r] = MNONE;
         score = 0;
@@ -196,10 +209,10 @@ mindex_build(relay_matcher *m)
     }
     free(m->always);
     m->nalways = 0;
-    if ((m->always = malloc((m->nrules ? m->nrules : 1) * sizeof *m->always))
-        && index_pass(m, anchors, 0) == 0 && layout_postings(m) == 0
-        && index_pass(m, anchors, 1) == 0)
+    if ((m->always = malloc((m->nrules ? m->nrules : 1) * sizeof(*m->always))) && index_pass(m, anchors, 0) == 0
+        && layout_postings(m) == 0 && index_pass(m, anchors, 1) == 0) {
         rc = 0;
+    }
     free(anchors);
     return rc;
 }
@@ -229,18 +242,19 @@ mindex_clear(relay_matcher *m)
 void
 mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key, size_t len)
 {
-    mentry *e = mtable_find(&m->index, mindex_hash(node, tag, key, len), node, tag, m->pool, key,
-                            len);
+    mentry *e = mtable_find(&m->index, mindex_hash(node, tag, key, len), node, tag, m->pool, key, len);
     uint32_t i, rule;
 
-    if (!e)
+    if (!e) {
         return;
+    }
     for (i = 0; i < e->count; i++) {
         rule = m->postings[e->value + i];
-        if (m->stamp[rule] == m->generation)
+        if (m->stamp[rule] == m->generation) {
             continue;
+        }
         m->stamp[rule] = m->generation;
-        if (mgrow(&m->cands, &m->cand_cap, m->ncand + 1, sizeof *m->cands) < 0) {
+        if (mgrow(&m->cands, &m->cand_cap, m->ncand + 1, sizeof(*m->cands)) < 0) {
             m->oom = 1;
             return;
         }

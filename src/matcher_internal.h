@@ -32,31 +32,44 @@ typedef enum alt_kind {
 
 typedef enum cmp_op { CMP_GT, CMP_GTE, CMP_LT, CMP_LTE } cmp_op;
 
+/* The row of each operator in relay_matcher_ops (matcher_ops.c); the foreign
+ * names follow OP_FOREIGN and share no code: the reader refuses them all. */
+typedef enum op_code {
+    OP_EQ,
+    OP_PREFIX,
+    OP_SUFFIX,
+    OP_EXISTS,
+    OP_GT,
+    OP_GTE,
+    OP_LT,
+    OP_LTE,
+    OP_GROUP,
+    OP_FOREIGN
+} op_code;
+
 /* Tags that keep literals of different types apart in the index. */
-typedef enum index_tag {
-    TAG_STR, TAG_NUM, TAG_TRUE, TAG_FALSE, TAG_NULL, TAG_PREFIX, TAG_SUFFIX
-} index_tag;
+typedef enum index_tag { TAG_STR, TAG_NUM, TAG_TRUE, TAG_FALSE, TAG_NULL, TAG_PREFIX, TAG_SUFFIX } index_tag;
 
 typedef struct malt {
-    uint8_t kind;           /* alt_kind */
-    uint8_t op;             /* cmp_op for ALT_CMP_* */
-    uint8_t exists;         /* operand of ALT_EXISTS */
-    uint32_t str_off;       /* ALT_EQ_STR, ALT_PREFIX, ALT_SUFFIX: bytes in the pool */
+    uint8_t kind;     /* alt_kind */
+    uint8_t op;       /* cmp_op for ALT_CMP_* */
+    uint8_t exists;   /* operand of ALT_EXISTS */
+    uint32_t str_off; /* ALT_EQ_STR, ALT_PREFIX, ALT_SUFFIX: bytes in the pool */
     uint32_t str_len;
-    uint32_t group;         /* ALT_GROUP */
-    uint32_t next;          /* next alternative of the same field */
-    double num;             /* ALT_EQ_NUM, ALT_CMP_NUM */
-    int64_t offset_ms;      /* ALT_CMP_TIME */
+    uint32_t group;    /* ALT_GROUP */
+    uint32_t next;     /* next alternative of the same field */
+    double num;        /* ALT_EQ_NUM, ALT_CMP_NUM */
+    int64_t offset_ms; /* ALT_CMP_TIME */
 } malt;
 
 typedef struct mfield {
     uint32_t node;
     uint32_t first_alt;
-    uint32_t next;          /* next field of the same group */
+    uint32_t next; /* next field of the same group */
 } mfield;
 
 typedef struct mgroup {
-    uint32_t node;          /* the object the fields are keys of */
+    uint32_t node; /* the object the fields are keys of */
     uint32_t first_field;
     uint8_t holds_on_empty; /* whether the group holds against {} */
 } mgroup;
@@ -64,12 +77,12 @@ typedef struct mgroup {
 typedef struct mnode {
     uint32_t parent;
     uint32_t key_off, key_len;
-    uint32_t child_index;   /* slot offset within an instance of parent */
+    uint32_t child_index; /* slot offset within an instance of parent */
     uint32_t nchildren;
-    uint64_t child_lens;    /* bit min(len, 63) set for each child key: skips hashing */
-    uint8_t needs_number;   /* some alternative compares numbers here */
-    uint8_t indexed;        /* some literal of the index lives here */
-    uint32_t *prefix_lens;  /* distinct anchor prefix lengths, ascending */
+    uint64_t child_lens;   /* bit min(len, 63) set for each child key: skips hashing */
+    uint8_t needs_number;  /* some alternative compares numbers here */
+    uint8_t indexed;       /* some literal of the index lives here */
+    uint32_t *prefix_lens; /* distinct anchor prefix lengths, ascending */
     uint32_t nprefix;
     uint32_t *suffix_lens;
     uint32_t nsuffix;
@@ -78,33 +91,33 @@ typedef struct mnode {
 /* Open-addressing hash table entry; used for trie edges and the index. */
 typedef struct mentry {
     uint64_t hash;
-    uint32_t node;          /* parent (edges) or node (index) */
-    uint32_t tag;           /* index_tag (index) */
+    uint32_t node; /* parent (edges) or node (index) */
+    uint32_t tag;  /* index_tag (index) */
     uint32_t key_off, key_len;
-    uint32_t value;         /* child node (edges); first posting (index) */
-    uint32_t count;         /* postings (index) */
+    uint32_t value; /* child node (edges); first posting (index) */
+    uint32_t count; /* postings (index) */
     uint32_t used;
 } mentry;
 
 typedef struct mtable {
     mentry *slots;
-    size_t cap, len;        /* cap is a power of two or 0 */
+    size_t cap, len; /* cap is a power of two or 0 */
 } mtable;
 
 /* One value found below a tracked node during a match. */
 typedef struct mocc {
-    const char *str;        /* strings, unescaped */
+    const char *str; /* strings, unescaped */
     uint32_t len;
-    uint32_t next;          /* next occurrence in the same slot */
-    int32_t inst;           /* objects: their instance, or -1 */
-    uint8_t type;           /* relay_json_type */
-    double num;             /* numbers at nodes with needs_number */
+    uint32_t next; /* next occurrence in the same slot */
+    int32_t inst;  /* objects: their instance, or -1 */
+    uint8_t type;  /* relay_json_type */
+    double num;    /* numbers at nodes with needs_number */
 } mocc;
 
 /* One key of one object instance. */
 typedef struct mslot {
     uint32_t node;
-    uint32_t head, tail;    /* occurrence list; a repeated key restarts it */
+    uint32_t head, tail; /* occurrence list; a repeated key restarts it */
     uint8_t present;
 } mslot;
 
@@ -125,13 +138,13 @@ struct relay_matcher {
     size_t nfields, fields_cap;
     malt *alts;
     size_t nalts, alts_cap;
-    uint32_t *rules;        /* rule id -> top group */
+    uint32_t *rules; /* rule id -> top group */
     size_t nrules, rules_cap;
-    mtable edges;           /* (parent, key) -> child node */
-    mtable index;           /* (node, tag, literal) -> postings */
+    mtable edges; /* (parent, key) -> child node */
+    mtable index; /* (node, tag, literal) -> postings */
     uint32_t *postings;
     size_t npostings, postings_cap;
-    uint32_t *always;       /* rules without an indexable anchor, ascending */
+    uint32_t *always; /* rules without an indexable anchor, ascending */
     size_t nalways;
     int compiled;
 
@@ -142,9 +155,9 @@ struct relay_matcher {
     size_t nslot, slot_cap;
     minst *insts;
     size_t ninst, inst_cap;
-    char *arena;            /* unescaped strings; as large as the event */
+    char *arena; /* unescaped strings; as large as the event */
     size_t arena_len, arena_cap;
-    uint32_t *stamp;        /* per rule: generation it became a candidate */
+    uint32_t *stamp; /* per rule: generation it became a candidate */
     uint32_t generation;
     uint32_t *cands;
     size_t ncand, cand_cap;
@@ -156,23 +169,21 @@ struct relay_matcher {
 int mgrow(void *data, size_t *cap, size_t need, size_t elem);
 uint64_t mhash(const void *key, size_t len, uint64_t seed);
 int mpool_add(relay_matcher *m, const char *s, size_t len, uint32_t *off);
-mentry *mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag,
-                    const char *pool, const char *key, size_t len);
+mentry *mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool, const char *key,
+                    size_t len);
 mentry *mtable_insert(mtable *t, uint64_t hash);
 void mtable_free(mtable *t);
 uint64_t medge_hash(uint32_t parent, const char *key, size_t len);
 uint64_t mindex_hash(uint32_t node, uint32_t tag, const char *key, size_t len);
 
 /* matcher_rule.c */
-int mrule_parse(relay_matcher *m, const char *json, size_t len, uint32_t *group, char *err,
-                size_t errlen);
+int mrule_parse(relay_matcher *m, const char *json, size_t len, uint32_t *group, char *err, size_t errlen);
 uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, size_t len);
 
 /* matcher_index.c */
 int mindex_build(relay_matcher *m);
 void mindex_clear(relay_matcher *m);
-void mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key,
-                       size_t len);
+void mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key, size_t len);
 
 /* matcher_eval.c */
 int meval_rule(const relay_matcher *m, uint32_t rule);

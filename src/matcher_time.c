@@ -10,8 +10,9 @@ digits(const char *s, int n, int *out)
     int v = 0, i;
 
     for (i = 0; i < n; i++) {
-        if ((unsigned)(s[i] - '0') >= 10)
+        if ((unsigned)(s[i] - '0') >= 10) {
             return -1;
+        }
         v = v * 10 + (s[i] - '0');
     }
     *out = v;
@@ -51,8 +52,9 @@ fraction(const char *s, size_t len, int32_t *nsec, int *beyond)
     size_t i = 1;
     int32_t ns = 0, scale = 100000000;
 
-    if (len < 2 || s[0] != '.' || (unsigned)(s[1] - '0') >= 10)
+    if (len < 2 || s[0] != '.' || (unsigned)(s[1] - '0') >= 10) {
         return 0;
+    }
     for (; i < len && (unsigned)(s[i] - '0') < 10; i++) {
         if (scale > 0) {
             ns += (s[i] - '0') * scale;
@@ -77,8 +79,9 @@ zone(const char *s, size_t len, int *off)
         return 0;
     }
     if (len != 6 || (s[0] != '+' && s[0] != '-') || s[3] != ':' || digits(s + 1, 2, &hh) < 0
-        || digits(s + 4, 2, &mm) < 0 || hh > 23 || mm > 59)
+        || digits(s + 4, 2, &mm) < 0 || hh > 23 || mm > 59) {
         return -1;
+    }
     *off = (s[0] == '-' ? -1 : 1) * (hh * 3600 + mm * 60);
     return 0;
 }
@@ -92,17 +95,20 @@ mtime_parse(const char *s, size_t len, int64_t *sec, int32_t *nsec, int *beyond_
 
     *nsec = 0;
     *beyond_ns = 0;
-    if (len < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't') || s[13] != ':'
-        || s[16] != ':')
+    if (len < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't') || s[13] != ':' || s[16] != ':') {
         return -1;
-    if (digits(s, 4, &y) < 0 || digits(s + 5, 2, &mo) < 0 || digits(s + 8, 2, &d) < 0
-        || digits(s + 11, 2, &h) < 0 || digits(s + 14, 2, &mi) < 0 || digits(s + 17, 2, &se) < 0)
+    }
+    if (digits(s, 4, &y) < 0 || digits(s + 5, 2, &mo) < 0 || digits(s + 8, 2, &d) < 0 || digits(s + 11, 2, &h) < 0
+        || digits(s + 14, 2, &mi) < 0 || digits(s + 17, 2, &se) < 0) {
         return -1;
-    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || se > 60)
+    }
+    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || se > 60) {
         return -1;
+    }
     used = 19 + fraction(s + 19, len - 19, nsec, beyond_ns);
-    if (zone(s + used, len - used, &off) < 0)
+    if (zone(s + used, len - used, &off) < 0) {
         return -1;
+    }
     *sec = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se - off;
     return 0;
 }

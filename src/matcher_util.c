@@ -14,18 +14,22 @@ mgrow(void *data, size_t *cap, size_t need, size_t elem)
     size_t want = *cap ? *cap : 16;
     void *grown;
 
-    if (need <= *cap)
+    if (need <= *cap) {
         return 0;
+    }
     while (want < need) {
-        if (want > SIZE_MAX / 2)
+        if (want > SIZE_MAX / 2) {
             return -1;
+        }
         want *= 2;
     }
-    if (want > SIZE_MAX / elem)
+    if (want > SIZE_MAX / elem) {
         return -1;
+    }
     grown = realloc(*ptr, want * elem);
-    if (!grown)
+    if (!grown) {
         return -1;
+    }
     *ptr = grown;
     *cap = want;
     return 0;
@@ -85,11 +89,12 @@ mindex_hash(uint32_t node, uint32_t tag, const char *key, size_t len)
 int
 mpool_add(relay_matcher *m, const char *s, size_t len, uint32_t *off)
 {
-    if (m->pool_len + len + 1 > UINT32_MAX
-        || mgrow(&m->pool, &m->pool_cap, m->pool_len + len + 1, 1) < 0)
+    if (m->pool_len + len + 1 > UINT32_MAX || mgrow(&m->pool, &m->pool_cap, m->pool_len + len + 1, 1) < 0) {
         return -1;
-    if (len)
+    }
+    if (len) {
         memcpy(m->pool + m->pool_len, s, len);
+    }
     m->pool[m->pool_len + len] = '\0';
     *off = (uint32_t)m->pool_len;
     m->pool_len += len + 1;
@@ -116,23 +121,24 @@ mtable_tag(uint64_t hash)
 
 
 mentry *
-mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool,
-            const char *key, size_t len)
+mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool, const char *key, size_t len)
 {
     size_t mask, i;
     const uint32_t *tags;
     uint32_t want = mtable_tag(hash);
 
-    if (!t->cap)
+    if (!t->cap) {
         return NULL;
+    }
     mask = t->cap - 1;
     tags = mtable_tags(t);
     for (i = hash & mask; tags[i]; i = (i + 1) & mask) {
         const mentry *e = &t->slots[i];
 
-        if (tags[i] == want && e->hash == hash && e->node == node && e->tag == tag
-            && e->key_len == len && memcmp(pool + e->key_off, key, len) == 0)
+        if (tags[i] == want && e->hash == hash && e->node == node && e->tag == tag && e->key_len == len
+            && memcmp(pool + e->key_off, key, len) == 0) {
             return &t->slots[i];
+        }
     }
     return NULL;
 }
@@ -145,17 +151,21 @@ mtable_resize(mtable *t, size_t cap)
     uint32_t *tags;
     size_t i, j;
 
-    if (cap > SIZE_MAX / (sizeof *fresh + sizeof *tags))
+    if (cap > SIZE_MAX / (sizeof(*fresh) + sizeof(*tags))) {
         return -1;
-    fresh = calloc(cap, sizeof *fresh + sizeof *tags);
-    if (!fresh)
+    }
+    fresh = calloc(cap, sizeof(*fresh) + sizeof(*tags));
+    if (!fresh) {
         return -1;
+    }
     tags = (uint32_t *)(void *)(fresh + cap);
     for (i = 0; i < t->cap; i++) {
-        if (!old[i].used)
+        if (!old[i].used) {
             continue;
-        for (j = old[i].hash & (cap - 1); tags[j]; j = (j + 1) & (cap - 1))
+        }
+        for (j = old[i].hash & (cap - 1); tags[j]; j = (j + 1) & (cap - 1)) {
             ;
+        }
         fresh[j] = old[i];
         tags[j] = mtable_tag(old[i].hash);
     }
@@ -173,12 +183,14 @@ mtable_insert(mtable *t, uint64_t hash)
     size_t i;
     uint32_t *tags;
 
-    if ((t->len + 1) * 2 > t->cap && mtable_resize(t, t->cap ? t->cap * 2 : 16) < 0)
+    if ((t->len + 1) * 2 > t->cap && mtable_resize(t, t->cap ? t->cap * 2 : 16) < 0) {
         return NULL;
+    }
     tags = mtable_tags(t);
-    for (i = hash & (t->cap - 1); tags[i]; i = (i + 1) & (t->cap - 1))
+    for (i = hash & (t->cap - 1); tags[i]; i = (i + 1) & (t->cap - 1)) {
         ;
-    memset(&t->slots[i], 0, sizeof t->slots[i]);
+    }
+    memset(&t->slots[i], 0, sizeof(t->slots[i]));
     t->slots[i].used = 1;
     t->slots[i].hash = hash;
     tags[i] = mtable_tag(hash);

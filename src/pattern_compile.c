@@ -4,15 +4,13 @@
  * functions of lua/relay/pattern.lua they stand in for; each returns 0 or -1 (defer).
  */
 #include "relay/pattern_compile.h"
+#include "relay/matcher.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const operators[] = {"prefix", "suffix", "exists", "gt", "gte", "lt", "lte", NULL};
-static const char *const foreign[] = {"numeric", "anything-but", "wildcard", "equals-ignore-case",
-                                      "cidr", "$or", NULL};
 static const char *const entry_keys[] = {"handler", "pattern", "timeout", "retries", NULL};
 
 
@@ -59,13 +57,27 @@ jb_string(relay_pattern_buf *b, const char *s, size_t n)
             continue;
         }
         switch (c) {
-        case '"': e = "\\\""; break;
-        case '\\': e = "\\\\"; break;
-        case '\b': e = "\\b"; break;
-        case '\f': e = "\\f"; break;
-        case '\n': e = "\\n"; break;
-        case '\r': e = "\\r"; break;
-        case '\t': e = "\\t"; break;
+        case '"':
+            e = "\\\"";
+            break;
+        case '\\':
+            e = "\\\\";
+            break;
+        case '\b':
+            e = "\\b";
+            break;
+        case '\f':
+            e = "\\f";
+            break;
+        case '\n':
+            e = "\\n";
+            break;
+        case '\r':
+            e = "\\r";
+            break;
+        case '\t':
+            e = "\\t";
+            break;
         default:
             memcpy(esc, "\\u00", 4);
             esc[4] = hex[c >> 4];
@@ -110,47 +122,65 @@ jb_number(relay_pattern_buf *b, double n)
 }
 
 
-static int
-is_word(const relay_yaml_node *node, const char *const *words)
+/* The operator a pattern author writes as {key: operand}, or NULL. */
+static const relay_matcher_op *
+written_operator(const relay_yaml_node *key)
 {
-    for (; *words != NULL; words++) {
-        if (strlen(*words) == node->len && memcmp(node->text, *words, node->len) == 0) {
-            return 1;
-        }
-    }
-    return 0;
+    const relay_matcher_op *op = relay_matcher_op_find(key->text, key->len);
+
+    return op != NULL && op->written ? op : NULL;
+}
+
+
+/* A key pattern.lua refuses as a field name: a written operator or a foreign one. */
+static int
+reserved_field(const relay_yaml_node *key)
+{
+    const relay_matcher_op *op = relay_matcher_op_find(key->text, key->len);
+
+    return op != NULL && (op->written || op->operand == RELAY_OPERAND_FOREIGN);
 }
 
 
 static int compile_group(relay_pattern_buf *b, const relay_yaml_node *map);
 
 
-/* A one-key map whose key is an operator and whose value is a scalar; numbers only for
- * the comparisons, so now() operands are deferred. */
+/* {"<op>": then the operand written by put, then "}". */
 static int
-operator_alternative(relay_pattern_buf *b, const relay_yaml_node *key, const relay_yaml_node *value)
+put_operator(relay_pattern_buf *b, const relay_matcher_op *op)
+{
+    return jb_put(b, "{\"", 2) || jb_put(b, op->name, op->len) || jb_put(b, "\":", 2);
+}
+
+
+/* A one-key map whose key is the written operator op and whose value is a scalar of
+ * the operand's type; thresholds take numbers only, so now() operands are deferred,
+ * and so is an operand kind this fast path does not know. */
+static int
+operator_alternative(relay_pattern_buf *b, const relay_matcher_op *op, const relay_yaml_node *value)
 {
     relay_yaml_value v;
 
     relay_yaml_resolve(value, &v);
-    if (key->text[0] == 'p' || key->text[0] == 's') {
+    switch ((relay_matcher_operand)op->operand) {
+    case RELAY_OPERAND_STRING:
         if (v.type != RELAY_YAML_STR) {
             return -1;
         }
-        return jb_put(b, "{\"", 2) || jb_put(b, key->text, key->len) || jb_put(b, "\":", 2)
-               || jb_string(b, value->text, value->len) || JB_LIT(b, "}");
-    }
-    if (key->text[0] == 'e') {
+        return put_operator(b, op) || jb_string(b, value->text, value->len) || JB_LIT(b, "}");
+    case RELAY_OPERAND_BOOLEAN:
         if (v.type != RELAY_YAML_BOOL) {
             return -1;
         }
-        return v.boolean ? JB_LIT(b, "{\"exists\":true}") : JB_LIT(b, "{\"exists\":false}");
-    }
-    if (v.type != RELAY_YAML_INT && v.type != RELAY_YAML_FLOAT) {
+        return put_operator(b, op) || (v.boolean ? JB_LIT(b, "true}") : JB_LIT(b, "false}"));
+    case RELAY_OPERAND_THRESHOLD:
+        if (v.type != RELAY_YAML_INT && v.type != RELAY_YAML_FLOAT) {
+            return -1;
+        }
+        return put_operator(b, op) || jb_number(b, v.number) || JB_LIT(b, "}");
+    default:
         return -1;
     }
-    return jb_put(b, "{\"", 2) || jb_put(b, key->text, key->len) || jb_put(b, "\":", 2)
-           || jb_number(b, v.number) || JB_LIT(b, "}");
 }
 
 
@@ -158,24 +188,25 @@ operator_alternative(relay_pattern_buf *b, const relay_yaml_node *key, const rel
 static int
 map_alternative(relay_pattern_buf *b, const relay_yaml_node *map)
 {
-    const relay_yaml_node *key, *value;
+    const relay_matcher_op *op;
+    const relay_yaml_node *value;
     size_t i;
 
     if (map->count == 0) {
         return -1;
     }
     for (i = 0; i < map->count; i++) {
-        if (is_word(relay_yaml_map_key(map, i), operators) && map->count > 1) {
+        if (written_operator(relay_yaml_map_key(map, i)) != NULL && map->count > 1) {
             return -1;
         }
     }
-    key = relay_yaml_map_key(map, 0);
+    op = written_operator(relay_yaml_map_key(map, 0));
     value = relay_yaml_map_value(map, 0);
-    if (map->count == 1 && is_word(key, operators)) {
+    if (map->count == 1 && op != NULL) {
         if (value->kind != RELAY_YAML_SCALAR) {
             return -1;
         }
-        return operator_alternative(b, key, value);
+        return operator_alternative(b, op, value);
     }
     /* {word: scalar}: a typo'd operator or a condition that is not a list; pattern.lua
      * says which. */
@@ -249,7 +280,7 @@ compile_group(relay_pattern_buf *b, const relay_yaml_node *map)
     }
     for (i = 0; i < map->count; i++) {
         key = relay_yaml_map_key(map, i);
-        if (is_word(key, operators) || is_word(key, foreign)) {
+        if (reserved_field(key)) {
             return -1;
         }
         for (j = 0; j < i; j++) {
@@ -283,8 +314,8 @@ handler_ok(const relay_yaml_node *node)
     }
     for (i = 0; i < node->len; i++) {
         unsigned char c = (unsigned char)node->text[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'
-              || c == '.' || c == '-')) {
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.'
+              || c == '-')) {
             return 0;
         }
     }

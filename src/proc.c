@@ -30,15 +30,7 @@
 extern char **environ;
 
 /* What the child reports through the CLOEXEC error pipe before _exit(127). */
-enum {
-    STAGE_CGROUP = 1,
-    STAGE_STDIO,
-    STAGE_CHDIR,
-    STAGE_FDS,
-    STAGE_LIMITS,
-    STAGE_IDS,
-    STAGE_EXEC
-};
+enum { STAGE_CGROUP = 1, STAGE_STDIO, STAGE_CHDIR, STAGE_FDS, STAGE_LIMITS, STAGE_IDS, STAGE_EXEC };
 
 struct child_error {
     int stage;
@@ -122,8 +114,10 @@ make_pipe(int fds[2])
     fds[0] = fd_high(fds[0]);
     fds[1] = fd_high(fds[1]);
     if (fds[0] < 0 || fds[1] < 0) {
-        if (fds[0] >= 0) close(fds[0]);
-        if (fds[1] >= 0) close(fds[1]);
+        if (fds[0] >= 0)
+            close(fds[0]);
+        if (fds[1] >= 0)
+            close(fds[1]);
         return -1;
     }
     return 0;
@@ -133,8 +127,10 @@ make_pipe(int fds[2])
 static void
 close_pair(int fds[2])
 {
-    if (fds[0] >= 0) close(fds[0]);
-    if (fds[1] >= 0) close(fds[1]);
+    if (fds[0] >= 0)
+        close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
     fds[0] = fds[1] = -1;
 }
 
@@ -275,7 +271,7 @@ child_cloexec_all(void)
 static int
 child_pass_fds(const relay_proc_opts *o, int errfd)
 {
-    int high = 3 + (int) o->n_pass_fds + 16;
+    int high = 3 + (int)o->n_pass_fds + 16;
     int moved[16];
     size_t i;
 
@@ -290,13 +286,13 @@ child_pass_fds(const relay_proc_opts *o, int errfd)
     for (i = 0; i < o->n_pass_fds; i++) {
         moved[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, high);
         if (moved[i] < 0) {
-            child_fail(errfd, STAGE_FDS, (int) i);
+            child_fail(errfd, STAGE_FDS, (int)i);
         }
     }
     for (i = 0; i < o->n_pass_fds; i++) {
         /* dup2 clears close-on-exec on the new descriptor */
-        if (dup2(moved[i], 3 + (int) i) < 0) {
-            child_fail(errfd, STAGE_FDS, (int) i);
+        if (dup2(moved[i], 3 + (int)i) < 0) {
+            child_fail(errfd, STAGE_FDS, (int)i);
         }
     }
     return errfd;
@@ -309,7 +305,7 @@ child_limits_and_ids(const relay_proc_opts *o, int errfd)
     struct rlimit rl;
 
     if (o->nofile > 0) {
-        rl.rlim_cur = rl.rlim_max = (rlim_t) o->nofile;
+        rl.rlim_cur = rl.rlim_max = (rlim_t)o->nofile;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
             child_fail(errfd, STAGE_LIMITS, 0);
         }
@@ -321,7 +317,7 @@ child_limits_and_ids(const relay_proc_opts *o, int errfd)
         }
     }
     if (o->set_ids) {
-        if (setgroups(0, NULL) != 0 || setgid((gid_t) o->gid) != 0 || setuid((uid_t) o->uid) != 0) {
+        if (setgroups(0, NULL) != 0 || setgid((gid_t)o->gid) != 0 || setuid((uid_t)o->uid) != 0) {
             child_fail(errfd, STAGE_IDS, 0);
         }
     }
@@ -369,8 +365,7 @@ describe_start_error(relay_proc *p, const relay_proc_opts *o, const struct child
     p->rep.start_errno = ce->err != 0 ? ce->err : EIO;
     switch (ce->stage) {
     case STAGE_CGROUP:
-        snprintf(p->rep.start_error, sizeof p->rep.start_error, "join cgroup %s: %s",
-                 o->cgroup_procs[ce->index], what);
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "join cgroup %s: %s", o->cgroup_procs[ce->index], what);
         break;
     case STAGE_CHDIR:
         snprintf(p->rep.start_error, sizeof p->rep.start_error, "chdir %s: %s", o->cwd, what);
@@ -383,8 +378,7 @@ describe_start_error(relay_proc *p, const relay_proc_opts *o, const struct child
                  ce->index == 0 ? "RLIMIT_NOFILE" : "RLIMIT_CORE", what);
         break;
     case STAGE_IDS:
-        snprintf(p->rep.start_error, sizeof p->rep.start_error, "switch to uid %ld gid %ld: %s", o->uid,
-                 o->gid, what);
+        snprintf(p->rep.start_error, sizeof p->rep.start_error, "switch to uid %ld gid %ld: %s", o->uid, o->gid, what);
         break;
     case STAGE_STDIO:
         snprintf(p->rep.start_error, sizeof p->rep.start_error, "set up stdio: %s", what);
@@ -873,8 +867,10 @@ relay_proc_free(relay_proc *p)
     }
     stop_all(p);
     close_stdin(p);
-    if (p->out.fd >= 0) close(p->out.fd);
-    if (p->err.fd >= 0) close(p->err.fd);
+    if (p->out.fd >= 0)
+        close(p->out.fd);
+    if (p->err.fd >= 0)
+        close(p->err.fd);
     live_procs--;
     proc_release(p);
 }

@@ -49,7 +49,7 @@ relay_redis_handshake_blocking(redisContext *c, const relay_redis_addr *addr, ch
 redisContext *
 relay_redis_connect_blocking(const relay_redis_addr *addr, double timeout_s, char *err, size_t errlen)
 {
-    struct timeval tv = {(time_t) timeout_s, (suseconds_t) ((timeout_s - (double) (time_t) timeout_s) * 1e6)};
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     char where[512];
     redisContext *c;
 

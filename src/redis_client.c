@@ -32,7 +32,7 @@ struct relay_redis_request {
     void *privdata;
     ev_timer watchdog;
     double timeout_s;
-    int answered;        /* callback already ran (watchdog) or was cancelled */
+    int answered; /* callback already ran (watchdog) or was cancelled */
     relay_redis_request *prev, *next;
 };
 
@@ -46,15 +46,15 @@ struct relay_redis {
     conn_state state;
     relay_redis_state_fn on_state;
     void *ud;
-    ev_timer connect_timer;   /* bounds connect + handshake */
-    ev_timer retry_timer;     /* backoff between attempts, and deferred resets */
+    ev_timer connect_timer; /* bounds connect + handshake */
+    ev_timer retry_timer;   /* backoff between attempts, and deferred resets */
     int retry_is_reset;
     unsigned attempts;
     unsigned long reconnects;
     int was_ready;
     int closing;
     size_t in_flight;
-    relay_redis_request *pending;  /* requests whose callbacks hiredis still owes */
+    relay_redis_request *pending; /* requests whose callbacks hiredis still owes */
     char last_error[256];
 };
 
@@ -151,7 +151,7 @@ schedule_retry(relay_redis *r)
         delay = BACKOFF_CAP_S;
     }
     /* Jitter keeps a fleet of replicas from reconnecting in lockstep. */
-    delay *= 0.5 + 0.5 * ((double) rand() / RAND_MAX);
+    delay *= 0.5 + 0.5 * ((double)rand() / RAND_MAX);
     r->attempts++;
     ev_timer_stop(r->loop, &r->retry_timer);
     r->retry_is_reset = 0;
@@ -196,13 +196,13 @@ on_connect(const redisAsyncContext *ac, int status)
     }
     if (status != REDIS_OK) {
         set_error(r, "cannot connect", ac->errstr);
-        connection_gone(r);  /* hiredis frees the context after this */
+        connection_gone(r); /* hiredis frees the context after this */
         return;
     }
     if (r->addr.path == NULL) {
         /* Half-open TCP is found by the watchdogs; keepalive helps idle
          * connections notice too. Unix sockets have no keepalive. */
-        redisEnableKeepAlive((redisContext *) &ac->c);
+        redisEnableKeepAlive((redisContext *)&ac->c);
     }
 }
 
@@ -215,7 +215,7 @@ handshake_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata)
     int last_step = privdata != NULL;
 
     if (r == NULL || reply == NULL) {
-        return;  /* the disconnect path reports the failure */
+        return; /* the disconnect path reports the failure */
     }
     if (reply->type == REDIS_REPLY_ERROR) {
         set_error(r, "redis refused the handshake", reply->str);
@@ -262,8 +262,8 @@ send_handshake(relay_redis *r)
 static void
 connect_timed_out(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    (void) loop;
-    (void) revents;
+    (void)loop;
+    (void)revents;
     relay_redis *r = w->data;
 
     set_error(r, "cannot connect", "timed out");
@@ -288,15 +288,15 @@ reset_connection(relay_redis *r)
         connection_gone(r);
         return;
     }
-    redisAsyncFree(ac);  /* runs pending callbacks, then on_disconnect */
+    redisAsyncFree(ac); /* runs pending callbacks, then on_disconnect */
 }
 
 
 static void
 retry_fired(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    (void) loop;
-    (void) revents;
+    (void)loop;
+    (void)revents;
     relay_redis *r = w->data;
 
     if (r->retry_is_reset) {
@@ -428,7 +428,7 @@ relay_redis_describe(const relay_redis *r)
 static void
 command_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata)
 {
-    (void) ac;
+    (void)ac;
     relay_redis_request *req = privdata;
 
     request_answer(req, reply_ptr, reply_ptr ? NULL : "connection lost");
@@ -440,8 +440,8 @@ command_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata)
 static void
 watchdog_fired(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    (void) loop;
-    (void) revents;
+    (void)loop;
+    (void)revents;
     relay_redis_request *req = w->data;
     relay_redis *r = req->owner;
     char msg[64];

@@ -196,7 +196,7 @@ relay_safe_write_new(const char *path, const char *data, size_t len, mode_t mode
             errno = e ? e : EIO;
             return fail(err, errlen, "write", path);
         }
-        done += (size_t) n;
+        done += (size_t)n;
     }
     if (close(fd) != 0) {
         return fail(err, errlen, "close", path);
@@ -218,8 +218,7 @@ relay_safe_private_dir(const char *path, mode_t mode, char *err, size_t errlen)
     }
     if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
         errno = EPERM;
-        snprintf(err, errlen, "%s: not a directory owned by uid %u (refusing to use it)", path,
-                 (unsigned) geteuid());
+        snprintf(err, errlen, "%s: not a directory owned by uid %u (refusing to use it)", path, (unsigned)geteuid());
         return -1;
     }
     if ((st.st_mode & 07777) != mode && chmod(path, mode) != 0) {

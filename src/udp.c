@@ -31,8 +31,8 @@ open_connected(const struct addrinfo *res, int *saved)
             *saved = errno;
             continue;
         }
-        if (fcntl(fd, F_SETFL, O_NONBLOCK) == 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 &&
-            connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        if (fcntl(fd, F_SETFL, O_NONBLOCK) == 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) == 0
+            && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
             return fd;
         }
         *saved = errno;
@@ -94,7 +94,7 @@ relay_udp_send(relay_udp *u, const void *data, size_t len)
         n = send(u->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n < 0) {
-        u->dropped++;  /* EAGAIN, ENOBUFS, ECONNREFUSED, EMSGSIZE: never the caller's problem */
+        u->dropped++; /* EAGAIN, ENOBUFS, ECONNREFUSED, EMSGSIZE: never the caller's problem */
         return 0;
     }
     u->sent++;

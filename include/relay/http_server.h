@@ -40,9 +40,9 @@ typedef struct {
 
 /* Binds host:port (numeric or a name resolved now; port 0 picks one) and
  * starts accepting on loop. Returns NULL and fills err on failure. */
-relay_http_server *relay_http_listen(struct ev_loop *loop, const char *host, int port,
-                                     const relay_http_limits *limits, relay_http_handler handler,
-                                     relay_http_cleanup cleanup, void *ud, char *err, size_t err_cap);
+relay_http_server *relay_http_listen(struct ev_loop *loop, const char *host, int port, const relay_http_limits *limits,
+                                     relay_http_handler handler, relay_http_cleanup cleanup, void *ud, char *err,
+                                     size_t err_cap);
 
 /* The bound port (useful after port 0). */
 int relay_http_port(const relay_http_server *s);

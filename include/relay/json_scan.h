@@ -45,8 +45,7 @@ typedef struct relay_json_visitor {
     int32_t (*on_key)(void *ctx, int32_t object, const char *key, size_t len, int escaped);
     /* A scalar below token `slot`. Strings are passed without their quotes,
      * still escaped when `escaped` is nonzero; numbers as their raw text. */
-    void (*on_scalar)(void *ctx, int32_t slot, relay_json_type type, const char *text, size_t len,
-                      int escaped);
+    void (*on_scalar)(void *ctx, int32_t slot, relay_json_type type, const char *text, size_t len, int escaped);
     /* An object below token `slot`; returns the token for its keys or -1. */
     int32_t (*on_object)(void *ctx, int32_t slot);
     /* An array below token `slot`; returns the token its elements get or -1. */
@@ -56,15 +55,13 @@ typedef struct relay_json_visitor {
 /* Validate that text is one JSON object (surrounding whitespace allowed),
  * checking max_bytes before anything else. Returns 0 when valid; otherwise -1
  * with the reason in `reason` (may be NULL). */
-int relay_json_validate_object(const char *text, size_t len, size_t max_bytes, char *reason,
-                               size_t reasonlen);
+int relay_json_validate_object(const char *text, size_t len, size_t max_bytes, char *reason, size_t reasonlen);
 
 /* Like relay_json_validate_object, but reports tracked values to `visitor`
  * (may be NULL). The top-level value gets token `root`. Callbacks may have run
  * for a prefix of the text even when the scan fails. */
-int relay_json_scan_object(const char *text, size_t len, size_t max_bytes,
-                           const relay_json_visitor *visitor, int32_t root, char *reason,
-                           size_t reasonlen);
+int relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const relay_json_visitor *visitor,
+                           int32_t root, char *reason, size_t reasonlen);
 
 /* How the scanner's block fast path (untracked arrays of plain numbers) is
  * run. Results never depend on the level: OFF is the plain token-at-a-time

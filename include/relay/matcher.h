@@ -8,16 +8,16 @@
  *               | {"gt"|"gte"|"lt"|"lte": number}
  *               | {"gt"|"gte"|"lt"|"lte": {"now": <integer offset in ms>}}
  *               | {"group": group}
- * Semantics are those of spec/events.md and spec/relay.md section 2. Where the
- * specs are silent: a field whose value is an empty array has no element, so a
- * group alternative on it does not hold (exists still sees the key).
+ * Semantics are those of the pattern language (docs/patterns.md). One case more:
+ * a field whose value is an empty array has no element, so a group alternative
+ * on it does not hold (exists still sees the key).
  *
  * Events are validated in full (see json_scan.h) while the values below
  * paths some rule uses are collected; literal alternatives are looked up in
  * hash tables, so the cost per event barely depends on the number of rules.
  *
  * A matcher is not thread-safe: match() reuses scratch memory inside it.
- * All functions are plain C so LuaJIT's FFI can call them too.
+ * The API is flat (handles, buffers, no callbacks) so that a binding stays thin.
  */
 #ifndef RELAY_MATCHER_H
 #define RELAY_MATCHER_H
@@ -28,6 +28,51 @@
 /* Upper bound on nesting of groups in one rule. */
 #define RELAY_MATCHER_MAX_RULE_DEPTH 64
 
+/* What an operator takes. */
+typedef enum relay_matcher_operand {
+    RELAY_OPERAND_LITERAL,   /* eq: a string, number, true, false or null */
+    RELAY_OPERAND_STRING,    /* prefix, suffix */
+    RELAY_OPERAND_BOOLEAN,   /* exists */
+    RELAY_OPERAND_THRESHOLD, /* gt, gte, lt, lte: a number, or {"now": <offset ms>} */
+    RELAY_OPERAND_GROUP,     /* group: a nested group */
+    RELAY_OPERAND_FOREIGN    /* none: another system's operator, see below */
+} relay_matcher_operand;
+
+typedef struct relay_matcher_op {
+    const char *name;
+    uint8_t len;     /* strlen(name) */
+    uint8_t operand; /* relay_matcher_operand */
+    uint8_t written; /* pattern authors write {name: operand} in an alternative's list */
+} relay_matcher_op;
+
+/*
+ * The words of the pattern language: the one list that this matcher's rule
+ * reader, the C fast path of the validator (include/relay/pattern_compile.h)
+ * and the Lua validator (lua/relay/pattern.lua, through relay.core.matcher's
+ * `operators`) read. A new operator is a row here plus its reading and
+ * evaluation in the matcher; pattern.lua adds its messages, keyed by operand.
+ *
+ *   written      prefix suffix exists gt gte lt lte, in the order messages list
+ *                them (the nearest one is suggested for a typo); the validator
+ *                refuses them as field names.
+ *   normal form  eq and group are only spelled in normal form: a pattern writes
+ *                a bare literal and a nested map; they may name fields.
+ *   foreign      operator names of other event-matching systems (numeric,
+ *                anything-but, ...). This matcher has no such operator; the
+ *                validator refuses them anywhere and says what to write instead,
+ *                so a pattern never silently means something else here.
+ *
+ * The entry after the last has a NULL name.
+ */
+extern const relay_matcher_op relay_matcher_ops[];
+
+/* The entry named by the len bytes at name, or NULL. */
+const relay_matcher_op *relay_matcher_op_find(const char *name, size_t len);
+
+/* The operand's name for bindings and messages ("literal", "string",
+ * "boolean", "threshold", "group", "foreign"). */
+const char *relay_matcher_operand_name(relay_matcher_operand operand);
+
 typedef struct relay_matcher relay_matcher;
 
 /* A new, empty matcher, or NULL when out of memory. */
@@ -36,8 +81,7 @@ relay_matcher *relay_matcher_new(void);
 /* Add one rule (normal-form JSON). Returns its id (0, 1, 2, ... in add order)
  * or -1 with a message in err. Adding after compile() is allowed; the next
  * compile() or match() rebuilds the index. */
-int relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err,
-                      size_t errlen);
+int relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err, size_t errlen);
 
 /* Build the lookup index. Optional: match() compiles lazily when needed.
  * Returns 0, or -1 with a message (out of memory). */
@@ -52,9 +96,8 @@ size_t relay_matcher_count(const relay_matcher *m);
  * is malformed (or memory ran out), with the reason in `reason`.
  * max_bytes: RELAY_MAX_EVENT_BYTES, checked before any scanning.
  * now_ms: wall-clock milliseconds since the Unix epoch, for temporal rules. */
-int relay_matcher_match(relay_matcher *m, const char *event, size_t len, size_t max_bytes,
-                        int64_t now_ms, uint32_t *ids, size_t ids_cap, char *reason,
-                        size_t reasonlen);
+int relay_matcher_match(relay_matcher *m, const char *event, size_t len, size_t max_bytes, int64_t now_ms,
+                        uint32_t *ids, size_t ids_cap, char *reason, size_t reasonlen);
 
 /* Free the matcher and everything it owns; NULL is fine. */
 void relay_matcher_free(relay_matcher *m);

@@ -16,16 +16,17 @@
  *
  * The subset:
  *   pattern    a non-empty map of at most RELAY_PATTERN_MAX_FIELDS fields, no field
- *              named twice, no field named after an operator (prefix suffix exists gt
- *              gte lt lte) or a foreign one (numeric anything-but wildcard
- *              equals-ignore-case cidr $or);
+ *              named twice, no field named after a written or a foreign operator of
+ *              relay_matcher_ops (include/relay/matcher.h, the one list of operators);
  *   condition  a non-empty list of alternatives, or a map standing for a one-element
  *              list;
  *   alternative
  *              a scalar literal (null, bool, finite number or string by the core
  *              schema) -> {"eq":v};
- *              a one-key map {prefix|suffix: <string>}, {exists: <bool>} or
- *              {gt|gte|lt|lte: <finite number>} -> {"op":v} (so no now() operands);
+ *              a one-key map {op: v} of a written operator whose operand is a string
+ *              (prefix, suffix), a bool (exists) or a finite number (the thresholds
+ *              gt, gte, lt, lte; so no now() operands) -> {"op":v}; any other operand
+ *              kind defers;
  *              a nested group: a map that is not a one-key map with a scalar value
  *              -> {"group":{...}} (same rules as a pattern).
  *   handler    a scalar string by the core schema matching [A-Za-z0-9_.-]+.
@@ -71,8 +72,7 @@ int relay_pattern_compile(const relay_yaml_node *pattern, relay_pattern_buf *buf
  * Compile one item of an app template's events list. Returns 0 with *out filled and the
  * pattern's JSON in *buf, or -1 when the whole entry must be left to the Lua validator.
  */
-int relay_pattern_compile_entry(const relay_yaml_node *entry, relay_pattern_entry *out,
-                                relay_pattern_buf *buf);
+int relay_pattern_compile_entry(const relay_yaml_node *entry, relay_pattern_entry *out, relay_pattern_buf *buf);
 
 /* Free the buffer's memory and zero it; safe on a zeroed buffer. */
 void relay_pattern_buf_free(relay_pattern_buf *buf);

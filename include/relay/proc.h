@@ -27,10 +27,7 @@
 
 #include <ev.h>
 
-enum {
-    RELAY_PROC_STDOUT = 1,
-    RELAY_PROC_STDERR = 2
-};
+enum { RELAY_PROC_STDOUT = 1, RELAY_PROC_STDERR = 2 };
 
 /* Default per-stream line buffer: a longer line is emitted in pieces. */
 #define RELAY_PROC_LINE_MAX (64 * 1024)
@@ -61,25 +58,25 @@ typedef void (*relay_proc_done_fn)(void *ud, relay_proc *p, const relay_proc_rep
 typedef void (*relay_proc_hook_fn)(void *ud, relay_proc *p, int which);
 
 typedef struct relay_proc_opts {
-    const char *const *argv;      /* argv[0] is searched in PATH if it has no '/' */
-    const char *const *envp;      /* NULL: inherit ours */
-    const char *cwd;              /* NULL: ours */
-    const char *stdin_data;       /* copied; NULL/0: stdin is closed at once */
+    const char *const *argv; /* argv[0] is searched in PATH if it has no '/' */
+    const char *const *envp; /* NULL: inherit ours */
+    const char *cwd;         /* NULL: ours */
+    const char *stdin_data;  /* copied; NULL/0: stdin is closed at once */
     size_t stdin_len;
-    double timeout_s;             /* <= 0: no deadline */
-    double grace_s;               /* TERM -> KILL; <= 0 means 2 s */
-    double drain_s;               /* after the reap, wait this long for EOF; <= 0 means 2 s */
-    double kill_delay_s;          /* with a hook: time the KILL hook gets before the group is SIGKILLed */
-    size_t line_max;              /* 0: RELAY_PROC_LINE_MAX */
-    int keep_group;               /* 0: SIGKILL what is left of the group once the child is reaped */
+    double timeout_s;                /* <= 0: no deadline */
+    double grace_s;                  /* TERM -> KILL; <= 0 means 2 s */
+    double drain_s;                  /* after the reap, wait this long for EOF; <= 0 means 2 s */
+    double kill_delay_s;             /* with a hook: time the KILL hook gets before the group is SIGKILLed */
+    size_t line_max;                 /* 0: RELAY_PROC_LINE_MAX */
+    int keep_group;                  /* 0: SIGKILL what is left of the group once the child is reaped */
     const char *const *cgroup_procs; /* NULL-terminated cgroup.procs files the child joins before exec */
     /* Applied in the child after joining the cgroups, in this order, so a
      * root daemon can place the child and then drop its identity. */
-    const int *pass_fds;          /* these descriptors become fds 3, 4, ... of the child */
+    const int *pass_fds; /* these descriptors become fds 3, 4, ... of the child */
     size_t n_pass_fds;
-    long nofile;                  /* > 0: RLIMIT_NOFILE soft and hard */
-    int no_core;                  /* 1: RLIMIT_CORE 0 */
-    int set_ids;                  /* 1: setgroups({}), setgid(gid), setuid(uid) before exec */
+    long nofile; /* > 0: RLIMIT_NOFILE soft and hard */
+    int no_core; /* 1: RLIMIT_CORE 0 */
+    int set_ids; /* 1: setgroups({}), setgid(gid), setuid(uid) before exec */
     long uid, gid;
     relay_proc_line_fn on_line;
     relay_proc_done_fn on_done;

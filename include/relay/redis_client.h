@@ -17,11 +17,11 @@
 #include <hiredis/hiredis.h>
 
 typedef struct {
-    char *host;      /* NULL for a unix socket */
+    char *host; /* NULL for a unix socket */
     int port;
-    char *path;      /* unix socket path, or NULL */
-    char *user;      /* NULL: AUTH with password only (or none) */
-    char *password;  /* NULL: no AUTH */
+    char *path;     /* unix socket path, or NULL */
+    char *user;     /* NULL: AUTH with password only (or none) */
+    char *password; /* NULL: no AUTH */
     int db;
 } relay_redis_addr;
 
@@ -38,7 +38,8 @@ typedef void (*relay_redis_reply_fn)(void *privdata, redisReply *reply, const ch
 typedef void (*relay_redis_state_fn)(void *ud, int connected, const char *error);
 
 /* Copies addr. Starts connecting at once. */
-relay_redis *relay_redis_new(struct ev_loop *loop, const relay_redis_addr *addr, relay_redis_state_fn on_state, void *ud);
+relay_redis *relay_redis_new(struct ev_loop *loop, const relay_redis_addr *addr, relay_redis_state_fn on_state,
+                             void *ud);
 
 /* Fails every pending command with "closed" (their callbacks run) and frees. */
 void relay_redis_free(relay_redis *r);

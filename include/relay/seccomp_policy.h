@@ -27,30 +27,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-    RELAY_SECCOMP_ALLOWLIST = 0,
-    RELAY_SECCOMP_DENYLIST
-} relay_seccomp_kind;
+typedef enum { RELAY_SECCOMP_ALLOWLIST = 0, RELAY_SECCOMP_DENYLIST } relay_seccomp_kind;
 
-typedef enum {
-    RELAY_SECCOMP_ACT_ALLOW = 0,
-    RELAY_SECCOMP_ACT_ERRNO
-} relay_seccomp_action;
+typedef enum { RELAY_SECCOMP_ACT_ALLOW = 0, RELAY_SECCOMP_ACT_ERRNO } relay_seccomp_action;
 
 /* The OCI runtime-spec meaning: EQ is arg == value, GT is arg > value,
  * MASKED_EQ is (arg & value) == value_two. */
-typedef enum {
-    RELAY_SECCOMP_CMP_EQ = 0,
-    RELAY_SECCOMP_CMP_GT,
-    RELAY_SECCOMP_CMP_MASKED_EQ
-} relay_seccomp_op;
+typedef enum { RELAY_SECCOMP_CMP_EQ = 0, RELAY_SECCOMP_CMP_GT, RELAY_SECCOMP_CMP_MASKED_EQ } relay_seccomp_op;
 
 /* One rule on one call: action when the comparison holds (always, when
  * has_arg is 0). Rules on the same call are alternatives (OR). */
 typedef struct {
     const char *name;
     relay_seccomp_action action;
-    int errno_ret;          /* with RELAY_SECCOMP_ACT_ERRNO */
+    int errno_ret; /* with RELAY_SECCOMP_ACT_ERRNO */
     int has_arg;
     unsigned arg_index;
     relay_seccomp_op op;
@@ -60,10 +50,10 @@ typedef struct {
 
 typedef struct {
     relay_seccomp_action default_action;
-    int default_errno;                  /* with RELAY_SECCOMP_ACT_ERRNO */
-    relay_seccomp_action names_action;  /* what every plain name gets */
+    int default_errno;                 /* with RELAY_SECCOMP_ACT_ERRNO */
+    relay_seccomp_action names_action; /* what every plain name gets */
     int names_errno;
-    const char *const *names;           /* NULL-terminated, unfiltered */
+    const char *const *names; /* NULL-terminated, unfiltered */
     const relay_seccomp_rule *rules;
     size_t nrules;
 } relay_seccomp_profile;

@@ -6,8 +6,8 @@
 --               | {"exists": bool} | {"gt"|"gte"|"lt"|"lte": number}
 --               | {"gt"|"gte"|"lt"|"lte": {"now": <offset ms>}} | {"group": group}
 --
--- Every rejection (events.md "Pattern syntax" .. "Combining conditions", relay.md section 2)
--- is "FILE:LINE:COL: message" pointing at the offending node and saying how to fix it.
+-- Every rejection of a pattern that breaks docs/patterns.md is "FILE:LINE:COL: message",
+-- pointing at the offending node and saying how to fix it.
 -- Nothing is ever silently widened: whatever this module cannot classify exactly is an error.
 --
 -- Classification of a map inside a field's list (or a bare map value, which is shorthand
@@ -17,19 +17,28 @@
 --     condition is a scalar, which is reported as "must be a list");
 --   * otherwise                        -> a nested group of fields (values are conditions),
 --     where operator names are refused as field names.
+--
+-- The operators themselves are the matcher's (relay_matcher_ops in include/relay/matcher.h,
+-- read here through relay.core.matcher's `operators`; src/pattern_compile.c reads the same
+-- table). This module adds only words: OPERANDS says how each kind of operand is checked and
+-- explained, FOREIGN how to write each foreign operator in Relay.
+local core = require("relay.core.matcher")
 local textutil = require("relay.text")
 local yaml = require("relay.yaml")
 local duration = require("relay.duration")
 
 local _M = {}
 
-local OPERATOR_LIST = { "prefix", "suffix", "exists", "gt", "gte", "lt", "lte" }
-local OPERATORS = {}
-for _, op in ipairs(OPERATOR_LIST) do
-    OPERATORS[op] = true
+local OPERATOR_LIST = {} -- the written operators, in the matcher's order (typo suggestions)
+local OPERATORS = {}     -- written operator name -> its operand kind
+for _, op in ipairs(core.operators) do
+    if op.written then
+        OPERATOR_LIST[#OPERATOR_LIST + 1] = op.name
+        OPERATORS[op.name] = op.operand
+    end
 end
 
--- Other systems' operator names, with Relay's equivalent.
+-- Other systems' operator names (the matcher's "foreign" rows), with Relay's equivalent.
 local FOREIGN = {
     ["numeric"] = "use the comparison operators gt, gte, lt, lte, one per alternative, e.g. [{gt: 0}]",
     ["anything-but"] = "Relay has no negation: use a separate rule for the values you want, "
@@ -180,28 +189,57 @@ local function comparison(ctx, op, node, label)
 end
 
 
-function operator_alternative(ctx, key, value, label)
-    local op, v = key.text, value.value
-    if op == "prefix" or op == "suffix" then
-        if type(v) ~= "string" then
-            if v == yaml.null then
-                fail(ctx, value, label, "%s takes a string, not null", op)
-            end
-            fail(ctx, value, label, "%s takes a string, not %s; write {%s: %s}", op,
-                yaml.describe(value), op, yaml.json_string(value.text))
+local function string_operand(ctx, op, value, label)
+    local v = value.value
+    if type(v) ~= "string" then
+        if v == yaml.null then
+            fail(ctx, value, label, "%s takes a string, not null", op)
         end
-        return string.format('{"%s":%s}', op, yaml.json_string(v))
-    elseif op == "exists" then
-        if type(v) ~= "boolean" then
-            local note = ""
-            if value.kind == "scalar" and not value.quoted and YAML11_BOOLS[value.text:lower()] then
-                note = " (YAML 1.2 reads " .. value.text .. " as a string; write true or false)"
-            end
-            fail(ctx, value, label, "exists takes true or false, not %s%s", yaml.describe(value), note)
-        end
-        return '{"exists":' .. tostring(v) .. "}"
+        fail(ctx, value, label, "%s takes a string, not %s; write {%s: %s}", op,
+            yaml.describe(value), op, yaml.json_string(value.text))
     end
-    return comparison(ctx, op, value, label)
+    return string.format('{"%s":%s}', op, yaml.json_string(v))
+end
+
+
+local function boolean_operand(ctx, op, value, label)
+    local v = value.value
+    if type(v) ~= "boolean" then
+        local note = ""
+        if value.kind == "scalar" and not value.quoted and YAML11_BOOLS[value.text:lower()] then
+            note = " (YAML 1.2 reads " .. value.text .. " as a string; write true or false)"
+        end
+        fail(ctx, value, label, "%s takes true or false, not %s%s", op, yaml.describe(value), note)
+    end
+    return string.format('{"%s":%s}', op, tostring(v))
+end
+
+
+--- Per operand kind of a written operator: compile(ctx, op, scalar node, label) -> normal form,
+-- failing with a message that says how to fix the operand; `list` is the fix for a list operand
+-- (nil: one alternative per item).
+local OPERANDS = {
+    string = { compile = string_operand },
+    boolean = { compile = boolean_operand, list = "%s takes true or false, not a list; write {%s: true}" },
+    threshold = { compile = comparison },
+}
+for name, operand in pairs(OPERATORS) do
+    assert(OPERANDS[operand], "relay.pattern: no messages for the operand of " .. name)
+end
+for _, op in ipairs(core.operators) do
+    assert(op.operand ~= "foreign" or FOREIGN[op.name], "relay.pattern: no hint for " .. op.name)
+end
+for name in pairs(FOREIGN) do
+    local known = false
+    for _, op in ipairs(core.operators) do
+        known = known or (op.name == name and op.operand == "foreign")
+    end
+    assert(known, "relay.pattern: " .. name .. " is not a foreign operator of the matcher")
+end
+
+
+function operator_alternative(ctx, key, value, label)
+    return OPERANDS[OPERATORS[key.text]].compile(ctx, key.text, value, label)
 end
 
 
@@ -209,8 +247,9 @@ end
 local function operator_misuse(ctx, key, value, label)
     local op = key.text
     if value.kind == "seq" then
-        if op == "exists" then
-            fail(ctx, value, label, "exists takes true or false, not a list; write {exists: true}")
+        local list_fix = OPERANDS[OPERATORS[op]].list
+        if list_fix then
+            fail(ctx, value, label, list_fix, op, op)
         end
         local alts = {}
         for i, item in ipairs(value.items) do

@@ -224,6 +224,71 @@ describe("relay match --events (bulk)", function()
 end)
 
 
+describe("m:scan (the binding under relay match --events)", function()
+    local matcher = require("relay.core.matcher")
+
+    --- A file holding `text`, open for reading, and a matcher of rules {a: [0]}, {a: [{gte: 0}]}.
+    local function setup(text)
+        local path = os.tmpname()
+        local f = assert(io.open(path, "wb"))
+        f:write(text)
+        f:close()
+        local m = matcher.new()
+        assert(m:add('{"a":[{"eq":0}]}'))
+        assert(m:add('{"a":[{"gte":0}]}'))
+        f = assert(io.open(path, "rb"))
+        os.remove(path)
+        return m, f
+    end
+
+    it("hands matches over in batches, in input order, before each malformed line", function()
+        local lines = {}
+        for i = 1, 1500 do
+            lines[i] = i == 700 and "{" or string.format('{"a":%d}', i % 3)
+        end
+        local m, f = setup(table.concat(lines, "\n"))
+        local seen, batches = {}, 0
+        local matched, total = m:scan(f, {
+            on_match = function(ls, ids, n)
+                batches = batches + 1
+                for i = 1, n do
+                    seen[#seen + 1] = ls[i] .. ":" .. ids[i]
+                end
+            end,
+            on_malformed = function(line, reason)
+                seen[#seen + 1] = line .. "!" .. reason
+            end,
+        })
+        f:close()
+        local want = {}
+        for i = 1, 1500 do
+            if i == 700 then
+                want[#want + 1] = "700!invalid JSON at byte 1: expected a string key"
+            else
+                if i % 3 == 0 then
+                    want[#want + 1] = i .. ":0"
+                end
+                want[#want + 1] = i .. ":1"
+            end
+        end
+        assert.are.same(want, seen)
+        assert.are.same({ 1499, 1500 }, { matched, total })
+        assert.is_true(batches >= 3) -- 1999 pairs: two full batches of 1024 or fewer
+    end)
+
+    it("raises a callback's error once the scan is over, and refuses a closed file", function()
+        local m, f = setup('{"a":1}\n{"a":2}\n')
+        assert.has_error(function()
+            m:scan(f, { on_match = function() error("boom", 0) end })
+        end, "boom")
+        f:close()
+        assert.has_error(function()
+            m:scan(f, {})
+        end)
+    end)
+end)
+
+
 describe("relay app validate", function()
     it("prints ok <app> per valid app, errors with file:line:col, exit 1 if any invalid", function()
         local code, out, err = relay({ "app", "validate", "--apps", BASIC })
@@ -263,14 +328,4 @@ describe("relay app validate", function()
         assert.are.same({ { app = "alpha", state = "ok" }, { app = "beta", state = "ok" } }, lines)
     end)
 
-    it("answers 'not implemented yet' (exit 2) for a sub-command without a module", function()
-        for _, sub in ipairs({ "ls", "pause", "resume" }) do
-            if not package.searchpath("relay.cmd.app_" .. sub, package.path) then
-                local args = sub == "ls" and { "app", "ls" } or { "app", sub, "x" }
-                local code, _, err = relay(args)
-                assert.are.equal(2, code)
-                assert.are.equal("relay: app " .. sub .. " is not implemented yet\n", err)
-            end
-        end
-    end)
 end)

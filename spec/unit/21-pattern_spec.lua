@@ -423,3 +423,40 @@ describe("pattern.load_file", function()
         assert.matches("^spec/fixtures/patterns/broken_yaml.yaml:%d+:%d+: ", err)
     end)
 end)
+
+
+describe("the operator table (relay_matcher_ops, read through relay.core.matcher)", function()
+    it("is the validator's list of operators and foreign names", function()
+        local written, foreign = {}, {}
+        for _, op in ipairs(matcher.operators) do
+            if op.written then
+                written[#written + 1] = op.name
+            elseif op.operand == "foreign" then
+                foreign[op.name] = true
+            end
+        end
+        assert.are.same({ "prefix", "suffix", "exists", "gt", "gte", "lt", "lte" }, written)
+        assert.are.same(written, pattern.OPERATORS)
+        local hinted = {}
+        for name in pairs(pattern.FOREIGN) do
+            hinted[name] = true
+        end
+        assert.are.same(foreign, hinted)
+    end)
+
+    it("accepts each written operator with its operand kind and refuses it as a field name", function()
+        local samples = { string = { "ab", '"ab"' }, boolean = { "true", "true" }, threshold = { "1.5", "1.5" } }
+        for _, op in ipairs(matcher.operators) do
+            if op.written then
+                local sample = samples[op.operand]
+                assert.are.equal('{"x":[{"' .. op.name .. '":' .. sample[2] .. "}]}",
+                    compile("x: [{" .. op.name .. ": " .. sample[1] .. "}]"))
+                local json, err = compile(op.name .. ": [1]")
+                assert.is_nil(json)
+                assert.matches("is an operator and cannot be a field name", err, 1, true)
+            end
+        end
+        -- The operators only the normal form spells are ordinary field names in a pattern.
+        assert.are.equal('{"eq":[{"eq":1}],"group":[{"eq":2}]}', compile("eq: [1]\ngroup: [2]"))
+    end)
+end)

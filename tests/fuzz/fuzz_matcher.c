@@ -22,19 +22,20 @@ static int
 validate_all_levels(const char *p, size_t len)
 {
     static const int levels[] = {
-        RELAY_JSON_SIMD_PORTABLE, RELAY_JSON_SIMD_SSE2, RELAY_JSON_SIMD_AVX2,
+        RELAY_JSON_SIMD_PORTABLE,
+        RELAY_JSON_SIMD_SSE2,
+        RELAY_JSON_SIMD_AVX2,
     };
     char want[256], got[256];
     int rc, i;
 
     relay_json_set_simd(RELAY_JSON_SIMD_OFF);
     want[0] = '\0';
-    rc = relay_json_validate_object(p, len, 4096, want, sizeof want);
-    for (i = 0; i < (int)(sizeof levels / sizeof *levels); i++) {
+    rc = relay_json_validate_object(p, len, 4096, want, sizeof(want));
+    for (i = 0; i < (int)(sizeof(levels) / sizeof(*levels)); i++) {
         relay_json_set_simd(levels[i]);
         got[0] = '\0';
-        if (relay_json_validate_object(p, len, 4096, got, sizeof got) != rc
-            || strcmp(got, want) != 0)
+        if (relay_json_validate_object(p, len, 4096, got, sizeof(got)) != rc || strcmp(got, want) != 0)
             abort();
     }
     relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
@@ -51,20 +52,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[256];
     int i, n, valid;
 
-    if (!m)
+    if (!m) {
         return 0;
+    }
     for (i = 0; i < MAX_RULES && (nl = memchr(p, '\n', (size_t)(end - p))); i++) {
-        relay_matcher_add(m, p, (size_t)(nl - p), err, sizeof err);
+        relay_matcher_add(m, p, (size_t)(nl - p), err, sizeof(err));
         p = nl + 1;
     }
-    n = relay_matcher_match(m, p, (size_t)(end - p), 4096, INT64_C(1767225600000), ids, 8, err,
-                            sizeof err);
+    n = relay_matcher_match(m, p, (size_t)(end - p), 4096, INT64_C(1767225600000), ids, 8, err, sizeof(err));
     valid = validate_all_levels(p, (size_t)(end - p)) == 0;
-    if ((n >= 0) != valid)
+    if ((n >= 0) != valid) {
         abort();
-    for (i = 1; i < n && i < 8; i++)
-        if (ids[i - 1] >= ids[i])
+    }
+    for (i = 1; i < n && i < 8; i++) {
+        if (ids[i - 1] >= ids[i]) {
             abort();
+        }
+    }
     relay_matcher_free(m);
     return 0;
 }

@@ -24,8 +24,8 @@ static int handled;
 static void
 handler(void *ud, const char *method, const char *path, relay_http_response *resp)
 {
-    (void) ud;
-    (void) method;
+    (void)ud;
+    (void)method;
     handled++;
     snprintf(last_path, sizeof(last_path), "%s", path);
     if (strcmp(path, "/metrics") == 0) {
@@ -34,7 +34,7 @@ handler(void *ud, const char *method, const char *path, relay_http_response *res
         resp->body = "relay_up 1\n";
         resp->body_len = strlen(resp->body);
     } else if (strcmp(path, "/broken") == 0) {
-        resp->status = 0;  /* a handler that failed */
+        resp->status = 0; /* a handler that failed */
     } else {
         resp->status = 404;
         resp->body = "not found\n";
@@ -49,7 +49,7 @@ now_s(void)
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 
@@ -61,9 +61,9 @@ connect_client(void)
 
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t) relay_http_port(srv));
+    sa.sin_port = htons((uint16_t)relay_http_port(srv));
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         perror("connect");
         exit(1);
     }
@@ -88,7 +88,7 @@ collect(int fd, double seconds)
             break;
         }
         if (n > 0) {
-            len += (size_t) n;
+            len += (size_t)n;
         } else {
             usleep(1000);
         }
@@ -104,7 +104,7 @@ exchange(const char *request, size_t len)
     int fd = connect_client();
     const char *reply;
 
-    CHECK(send(fd, request, len, 0) == (ssize_t) len);
+    CHECK(send(fd, request, len, 0) == (ssize_t)len);
     reply = collect(fd, 3.0);
     close(fd);
     return reply;
@@ -147,7 +147,7 @@ test_answers(void)
     CHECK(starts_with(r, "HTTP/1.1 200 OK\r\n"));
     CHECK_STR(last_path, "/metrics");
 
-    r = EXCHANGE("GET /nope HTTP/1.0\r\n\r\n");  /* 1.0 needs no Host */
+    r = EXCHANGE("GET /nope HTTP/1.0\r\n\r\n"); /* 1.0 needs no Host */
     CHECK(starts_with(r, "HTTP/1.1 404 Not Found\r\n"));
 
     r = EXCHANGE("GET /broken HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -166,19 +166,18 @@ test_bad_requests(void)
     CHECK(strstr(r, "Allow: GET\r\n") != NULL);
     CHECK(starts_with(EXCHANGE("HELLO\r\n\r\n"), "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET metrics HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 400 "));
-    CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 400 "));  /* no Host */
+    CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 400 ")); /* no Host */
     CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\nHost: x\n\n"), "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n"), "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n"), "HTTP/1.1 400 "));
-    CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
-                      "HTTP/1.1 400 "));
+    CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"), "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
                       "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET /a b HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 400 "));
     CHECK(starts_with(EXCHANGE("GET /metrics HTTP/2.0\r\nHost: x\r\n\r\n"), "HTTP/1.1 505 "));
     CHECK(starts_with(EXCHANGE("GET /metrics HTTQ/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 400 "));
-    CHECK(handled == before);  /* none of these reached the handler */
+    CHECK(handled == before); /* none of these reached the handler */
 }
 
 
@@ -189,9 +188,9 @@ test_bounded_request(void)
     const char *r;
     int n = snprintf(big, sizeof(big), "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: ");
 
-    memset(big + n, 'a', sizeof(big) - (size_t) n - 4);
+    memset(big + n, 'a', sizeof(big) - (size_t)n - 4);
     memcpy(big + sizeof(big) - 4, "\r\n\r\n", 4);
-    r = exchange(big, sizeof(big));  /* the limit in main() is 512 bytes */
+    r = exchange(big, sizeof(big)); /* the limit in main() is 512 bytes */
     CHECK(starts_with(r, "HTTP/1.1 431 "));
 }
 
@@ -203,20 +202,20 @@ test_timeout_and_limit(void)
     double started;
     const char *r;
 
-    settle();  /* earlier clients may still be lingering */
+    settle(); /* earlier clients may still be lingering */
     a = connect_client();
     b = connect_client();
     started = now_s();
 
-    CHECK(send(a, "GET /met", 8, 0) == 8);  /* a slow client */
+    CHECK(send(a, "GET /met", 8, 0) == 8); /* a slow client */
     ev_run(loop, EVRUN_NOWAIT);
     ev_run(loop, EVRUN_NOWAIT);
     c = connect_client();
     r = collect(c, 2.0);
-    CHECK(starts_with(r, "HTTP/1.1 503 "));  /* max_connections = 2 */
+    CHECK(starts_with(r, "HTTP/1.1 503 ")); /* max_connections = 2 */
     close(c);
     r = collect(a, 3.0);
-    CHECK(r[0] == '\0');  /* closed by the deadline, without an answer */
+    CHECK(r[0] == '\0'); /* closed by the deadline, without an answer */
     CHECK(now_s() - started < 2.0);
     close(a);
     close(b);
@@ -240,8 +239,7 @@ main(void)
         CHECK_DONE();
     }
     CHECK(relay_http_port(srv) > 0);
-    other = relay_http_listen(loop, "127.0.0.1", relay_http_port(srv), &lim, handler, NULL, NULL, err,
-                              sizeof(err));
+    other = relay_http_listen(loop, "127.0.0.1", relay_http_port(srv), &lim, handler, NULL, NULL, err, sizeof(err));
     CHECK(other == NULL);
     CHECK(strstr(err, "cannot listen on 127.0.0.1:") != NULL);
 

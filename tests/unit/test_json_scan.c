@@ -13,7 +13,7 @@ static char reason[256];
 static int
 valid(const char *text)
 {
-    return relay_json_validate_object(text, strlen(text), MAX, reason, sizeof reason) == 0;
+    return relay_json_validate_object(text, strlen(text), MAX, reason, sizeof(reason)) == 0;
 }
 
 
@@ -21,8 +21,9 @@ valid(const char *text)
 static const char *
 why(const char *text, size_t len)
 {
-    if (relay_json_validate_object(text, len, MAX, reason, sizeof reason) == 0)
+    if (relay_json_validate_object(text, len, MAX, reason, sizeof(reason)) == 0) {
         return "";
+    }
     return reason;
 }
 
@@ -40,7 +41,7 @@ test_valid(void)
     CHECK(valid("{\"s\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}"));
     CHECK(valid("{\"pair\":\"\\ud83d\\ude00\"}"));
     CHECK(valid("{\"big\":1e400,\"neg\":-1e400,\"i\":18446744073709551616}"));
-    CHECK(valid("{\"a\":1,\"a\":2}"));  /* duplicates are valid; last wins later */
+    CHECK(valid("{\"a\":1,\"a\":2}")); /* duplicates are valid; last wins later */
     CHECK(valid("{\"nul\":\"\\u0000\"}"));
     CHECK(valid("{\"long\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}"));
     CHECK(valid("{\"n\":[-122.42200352825247,37.80848009696725,0,1234567890123456789012345678901234]}"));
@@ -105,21 +106,21 @@ test_numbers(void)
 static void
 test_utf8(void)
 {
-    CHECK_STR(WHY("{\"a\":\"\xc0\xaf\"}"), "invalid UTF-8 at byte 6");          /* overlong / */
-    CHECK_STR(WHY("{\"a\":\"\xe0\x80\xaf\"}"), "invalid UTF-8 at byte 6");      /* overlong */
-    CHECK_STR(WHY("{\"a\":\"\xf0\x80\x80\xaf\"}"), "invalid UTF-8 at byte 6");  /* overlong */
-    CHECK_STR(WHY("{\"a\":\"\xed\xa0\x80\"}"), "invalid UTF-8 at byte 6");      /* U+D800 */
-    CHECK_STR(WHY("{\"a\":\"\xed\xbf\xbf\"}"), "invalid UTF-8 at byte 6");      /* U+DFFF */
-    CHECK_STR(WHY("{\"a\":\"\xf4\x90\x80\x80\"}"), "invalid UTF-8 at byte 6");  /* > U+10FFFF */
+    CHECK_STR(WHY("{\"a\":\"\xc0\xaf\"}"), "invalid UTF-8 at byte 6");         /* overlong / */
+    CHECK_STR(WHY("{\"a\":\"\xe0\x80\xaf\"}"), "invalid UTF-8 at byte 6");     /* overlong */
+    CHECK_STR(WHY("{\"a\":\"\xf0\x80\x80\xaf\"}"), "invalid UTF-8 at byte 6"); /* overlong */
+    CHECK_STR(WHY("{\"a\":\"\xed\xa0\x80\"}"), "invalid UTF-8 at byte 6");     /* U+D800 */
+    CHECK_STR(WHY("{\"a\":\"\xed\xbf\xbf\"}"), "invalid UTF-8 at byte 6");     /* U+DFFF */
+    CHECK_STR(WHY("{\"a\":\"\xf4\x90\x80\x80\"}"), "invalid UTF-8 at byte 6"); /* > U+10FFFF */
     CHECK_STR(WHY("{\"a\":\"\xf5\x80\x80\x80\"}"), "invalid UTF-8 at byte 6");
     CHECK_STR(WHY("{\"a\":\"\xff\"}"), "invalid UTF-8 at byte 6");
-    CHECK_STR(WHY("{\"a\":\"\x80\"}"), "invalid UTF-8 at byte 6");              /* lone continuation */
-    CHECK_STR(WHY("{\"a\":\"\xc3\"}"), "invalid UTF-8 at byte 6");              /* truncated */
+    CHECK_STR(WHY("{\"a\":\"\x80\"}"), "invalid UTF-8 at byte 6"); /* lone continuation */
+    CHECK_STR(WHY("{\"a\":\"\xc3\"}"), "invalid UTF-8 at byte 6"); /* truncated */
     CHECK_STR(WHY("{\"a\":\"\xe2\x82\"}"), "invalid UTF-8 at byte 6");
     CHECK_STR(WHY("{\"a\":\"abcdefghijklmnopqrstuv\xe2\x82"), "invalid UTF-8 at byte 28");
-    CHECK_STR(WHY("{\"\xc3\xa9\":1,\"\xc3\":1}"), "invalid UTF-8 at byte 9");  /* in a key */
+    CHECK_STR(WHY("{\"\xc3\xa9\":1,\"\xc3\":1}"), "invalid UTF-8 at byte 9"); /* in a key */
     CHECK_STR(WHY("{\"a\":1}\xc3\xa9"), "invalid JSON at byte 7: unexpected data after the value");
-    CHECK(valid("{\"a\":\"\xf4\x8f\xbf\xbf\"}"));                                 /* U+10FFFF */
+    CHECK(valid("{\"a\":\"\xf4\x8f\xbf\xbf\"}")); /* U+10FFFF */
     CHECK(valid("{\"a\":\"\xef\xbf\xbf\xee\x80\x80\"}"));
 }
 
@@ -130,8 +131,7 @@ test_escapes_and_controls(void)
     /* Lone surrogates in \u escapes have no UTF-8 form: rejected. */
     CHECK_STR(WHY("{\"a\":\"\\ud800\"}"), "invalid JSON at byte 6: lone surrogate in \\u escape");
     CHECK_STR(WHY("{\"a\":\"\\udc00\"}"), "invalid JSON at byte 6: lone surrogate in \\u escape");
-    CHECK_STR(WHY("{\"a\":\"\\ud800\\u0041\"}"),
-              "invalid JSON at byte 6: lone surrogate in \\u escape");
+    CHECK_STR(WHY("{\"a\":\"\\ud800\\u0041\"}"), "invalid JSON at byte 6: lone surrogate in \\u escape");
     CHECK_STR(WHY("{\"a\":\"\\ud800x\"}"), "invalid JSON at byte 6: lone surrogate in \\u escape");
     CHECK_STR(WHY("{\"a\":\"x\ty\"}"), "invalid JSON at byte 7: control character in string");
     CHECK_STR(WHY("{\"a\":\"x\ny\"}"), "invalid JSON at byte 7: control character in string");
@@ -149,7 +149,7 @@ nested(char *buf, size_t arrays)
     memset(buf + 5, '[', arrays);
     memset(buf + 5 + arrays, ']', arrays);
     buf[5 + 2 * arrays] = '}';
-    return relay_json_validate_object(buf, 6 + 2 * arrays, MAX, reason, sizeof reason);
+    return relay_json_validate_object(buf, 6 + 2 * arrays, MAX, reason, sizeof(reason));
 }
 
 
@@ -159,11 +159,11 @@ test_limits(void)
     size_t n = 100000;
     char *deep = malloc(2 * n + 8);
 
-    CHECK(relay_json_validate_object("{\"a\":1}", 7, 6, reason, sizeof reason) < 0);
+    CHECK(relay_json_validate_object("{\"a\":1}", 7, 6, reason, sizeof(reason)) < 0);
     CHECK_STR(reason, "event too large (7 bytes > 6)");
-    CHECK(relay_json_validate_object("{\"a\":1}", 7, 7, reason, sizeof reason) == 0);
+    CHECK(relay_json_validate_object("{\"a\":1}", 7, 7, reason, sizeof(reason)) == 0);
     /* The size check comes first, before any byte is looked at. */
-    CHECK(relay_json_validate_object("garbage", 7, 3, reason, sizeof reason) < 0);
+    CHECK(relay_json_validate_object("garbage", 7, 3, reason, sizeof(reason)) < 0);
     CHECK_STR(reason, "event too large (7 bytes > 3)");
 
     /* depth 512 is fine, 513 is not: the object plus 511 or 512 arrays */
@@ -175,7 +175,7 @@ test_limits(void)
     deep[0] = '{';
     memcpy(deep + 1, "\"a\":", 4);
     memset(deep + 5, '[', n);
-    CHECK(relay_json_validate_object(deep, n + 5, SIZE_MAX, reason, sizeof reason) < 0);
+    CHECK(relay_json_validate_object(deep, n + 5, SIZE_MAX, reason, sizeof(reason)) < 0);
     CHECK_STR(reason, "nesting deeper than 512");
     free(deep);
 }
@@ -188,10 +188,11 @@ test_many_fields(void)
     char *text = malloc(n * 16 + 4);
 
     text[0] = '{';
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         len += (size_t)sprintf(text + len, "%s\"k%zu\":%zu", i ? "," : "", i, i);
+    }
     text[len++] = '}';
-    CHECK(relay_json_validate_object(text, len, SIZE_MAX, reason, sizeof reason) == 0);
+    CHECK(relay_json_validate_object(text, len, SIZE_MAX, reason, sizeof(reason)) == 0);
     free(text);
 }
 
@@ -213,7 +214,9 @@ test_unescape(void)
 /* ---- the block fast path must agree with the plain scanner ---- */
 
 static const int levels[] = {
-    RELAY_JSON_SIMD_PORTABLE, RELAY_JSON_SIMD_SSE2, RELAY_JSON_SIMD_AVX2,
+    RELAY_JSON_SIMD_PORTABLE,
+    RELAY_JSON_SIMD_SSE2,
+    RELAY_JSON_SIMD_AVX2,
 };
 static long agree_cases;
 
@@ -227,14 +230,12 @@ agree(const char *text, size_t len)
 
     relay_json_set_simd(RELAY_JSON_SIMD_OFF);
     want[0] = '\0';
-    rc = relay_json_validate_object(text, len, MAX, want, sizeof want);
-    for (i = 0; i < (int)(sizeof levels / sizeof *levels); i++) {
+    rc = relay_json_validate_object(text, len, MAX, want, sizeof(want));
+    for (i = 0; i < (int)(sizeof(levels) / sizeof(*levels)); i++) {
         got[0] = '\0';
         relay_json_set_simd(levels[i]);
-        if (relay_json_validate_object(text, len, MAX, got, sizeof got) != rc
-            || strcmp(got, want) != 0) {
-            fprintf(stderr, "level %d disagrees on %.*s: \"%s\" vs \"%s\"\n", levels[i],
-                    (int)len, text, got, want);
+        if (relay_json_validate_object(text, len, MAX, got, sizeof(got)) != rc || strcmp(got, want) != 0) {
+            fprintf(stderr, "level %d disagrees on %.*s: \"%s\" vs \"%s\"\n", levels[i], (int)len, text, got, want);
             ok = 0;
         }
     }
@@ -264,15 +265,25 @@ static size_t
 gen_value(char *out, size_t at, size_t cap, int d)
 {
     static const char *const nums[] = {
-        "-122.48613717231817", "37.7608108830672", "0", "-0", "1", "10.5", "0.25",
-        "123456789012345678901234567890", "-7", "3.0", "99",
+        "-122.48613717231817",
+        "37.7608108830672",
+        "0",
+        "-0",
+        "1",
+        "10.5",
+        "0.25",
+        "123456789012345678901234567890",
+        "-7",
+        "3.0",
+        "99",
     };
     unsigned n, i;
 
-    if (at + 64 >= cap)
+    if (at + 64 >= cap) {
         return at;
+    }
     if (d == 0 || rnd(3) == 0) {
-        const char *v = nums[rnd(sizeof nums / sizeof *nums)];
+        const char *v = nums[rnd(sizeof(nums) / sizeof(*nums))];
 
         memcpy(out + at, v, strlen(v));
         return at + strlen(v);
@@ -280,8 +291,9 @@ gen_value(char *out, size_t at, size_t cap, int d)
     out[at++] = '[';
     n = rnd(5);
     for (i = 0; i < n; i++) {
-        if (i)
+        if (i) {
             out[at++] = ',';
+        }
         at = gen_value(out, at, cap, d - 1);
     }
     out[at++] = ']';
@@ -292,8 +304,8 @@ gen_value(char *out, size_t at, size_t cap, int d)
 /* Bytes the mutations plant: grammar-relevant ones, whitespace, controls,
  * bytes that are not UTF-8 and the start of a multi-byte sequence. */
 static const unsigned char plant[] = {
-    '0', '1', '9', '-', '+', '.', ',', '[', ']', '{', '}', '"', ':', 'e', 'E', ' ', '\t', '\n',
-    '\r', 0x00, 0x01, 0x1f, 0x7f, 0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff, 'x',
+    '0', '1',  '9',  '-',  '+',  '.',  ',',  '[',  ']',  '{',  '}',  '"',  ':',  'e',  'E',
+    ' ', '\t', '\n', '\r', 0x00, 0x01, 0x1f, 0x7f, 0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff, 'x',
 };
 
 
@@ -304,9 +316,9 @@ polygon(char *out, unsigned k)
     size_t n = (size_t)sprintf(out, "{\"type\":\"Polygon\",\"coordinates\":[[");
     unsigned i;
 
-    for (i = 0; i < k; i++)
-        n += (size_t)sprintf(out + n, "%s[-122.%u,37.%u,0]", i ? "," : "", 486137 + i * 7919,
-                             760810 + i * 104729);
+    for (i = 0; i < k; i++) {
+        n += (size_t)sprintf(out + n, "%s[-122.%u,37.%u,0]", i ? "," : "", 486137 + i * 7919, 760810 + i * 104729);
+    }
     n += (size_t)sprintf(out + n, "]]}");
     return n;
 }
@@ -341,14 +353,16 @@ test_block_crafted(void)
      * truncation: invalid UTF-8 and controls land at every offset of a
      * 64-byte block, and on both sides of every cut. */
     n = polygon(buf, 12);
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         for (j = 0; j < 256; j++) {
             memcpy(m, buf, n);
             m[i] = (char)j;
             CHECK(agree(m, n));
         }
-    for (i = 0; i <= n; i++)
+    }
+    for (i = 0; i <= n; i++) {
         CHECK(agree(buf, i));
+    }
     /* deleting or doubling each byte */
     for (i = 0; i < n; i++) {
         memcpy(m, buf, i);
@@ -370,14 +384,15 @@ test_block_random(void)
 
     for (round = 0; round < 40000; round++) {
         n = (size_t)sprintf(buf, "{\"k\":");
-        n = gen_value(buf, n, sizeof buf - 8, 1 + (int)rnd(5));
+        n = gen_value(buf, n, sizeof(buf) - 8, 1 + (int)rnd(5));
         buf[n++] = '}';
         for (edits = (int)rnd(3); edits > 0; edits--) {
             k = rnd((unsigned)n);
-            if (rnd(2))
-                buf[k] = (char)plant[rnd(sizeof plant)];
-            else
+            if (rnd(2)) {
+                buf[k] = (char)plant[rnd(sizeof(plant))];
+            } else {
                 buf[k] = (char)("0123456789-.,[]"[rnd(15)]);
+            }
         }
         CHECK(agree(buf, n));
     }
@@ -399,8 +414,9 @@ test_block_depth(void)
             memcpy(buf + n, "[1,", 3);
             n += 3;
         }
-        for (i = 0; i < d; i++)
+        for (i = 0; i < d; i++) {
             buf[n++] = ']';
+        }
         buf[n++] = '}';
         CHECK(agree(buf, n));
     }
@@ -424,21 +440,23 @@ test_number_window_lengths(void)
             for (flen = 0; flen <= 40; flen++) {
                 for (e = 0; e < 4; e++) {
                     n = 0;
-                    if (neg)
+                    if (neg) {
                         num[n++] = '-';
-                    for (int i = 0; i < ilen; i++)
+                    }
+                    for (int i = 0; i < ilen; i++) {
                         num[n++] = (char)(i == 0 ? '1' + (ilen % 9) : '0' + (i * 7 + flen) % 10);
+                    }
                     if (flen > 0) {
                         num[n++] = '.';
-                        for (int i = 0; i < flen; i++)
+                        for (int i = 0; i < flen; i++) {
                             num[n++] = (char)('0' + (i * 3 + ilen) % 10);
+                        }
                     }
                     n += snprintf(num + n, sizeof(num) - (size_t)n, "%s", exps[e]);
                     for (int shape = 0; shape < 2; shape++) {
-                        int len = snprintf(text, sizeof text, shape ? "{\"a\":[%.*s,1]}" : "{\"a\":%.*s}", n,
-                                           num);
+                        int len = snprintf(text, sizeof(text), shape ? "{\"a\":[%.*s,1]}" : "{\"a\":%.*s}", n, num);
                         relay_json_set_simd(RELAY_JSON_SIMD_OFF);
-                        if (relay_json_validate_object(text, (size_t)len, MAX, reason, sizeof reason) != 0) {
+                        if (relay_json_validate_object(text, (size_t)len, MAX, reason, sizeof(reason)) != 0) {
                             fprintf(stderr, "rejected valid %s: %s\n", text, reason);
                             CHECK(0);
                         }
@@ -447,10 +465,10 @@ test_number_window_lengths(void)
                 }
             }
             /* an integer part followed by a bare '.' is invalid at every length */
-            n = snprintf(text, sizeof text, "{\"a\":[%s%.*s.]}", neg ? "-" : "", ilen,
+            n = snprintf(text, sizeof(text), "{\"a\":[%s%.*s.]}", neg ? "-" : "", ilen,
                          "1234567890123456789012345678901234567890");
             relay_json_set_simd(RELAY_JSON_SIMD_OFF);
-            CHECK(relay_json_validate_object(text, (size_t)n, MAX, reason, sizeof reason) != 0);
+            CHECK(relay_json_validate_object(text, (size_t)n, MAX, reason, sizeof(reason)) != 0);
             CHECK(agree(text, (size_t)n));
         }
     }

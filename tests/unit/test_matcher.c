@@ -19,17 +19,18 @@ ids_of(relay_matcher *m, const char *event)
 {
     uint32_t ids[64];
     char reason[200];
-    int n = relay_matcher_match(m, event, strlen(event), MAX, NOW, ids, 64, reason, sizeof reason);
+    int n = relay_matcher_match(m, event, strlen(event), MAX, NOW, ids, 64, reason, sizeof(reason));
     size_t len = 0;
     int i;
 
     if (n < 0) {
-        snprintf(text, sizeof text, "!%s", reason);
+        snprintf(text, sizeof(text), "!%s", reason);
         return text;
     }
     text[0] = '\0';
-    for (i = 0; i < n && i < 64; i++)
-        len += (size_t)snprintf(text + len, sizeof text - len, "%s%u", i ? "," : "", ids[i]);
+    for (i = 0; i < n && i < 64; i++) {
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%u", i ? "," : "", ids[i]);
+    }
     return text;
 }
 
@@ -41,9 +42,10 @@ make(const char *const *rules, size_t n)
     char err[200];
     size_t i;
 
-    for (i = 0; i < n; i++)
-        CHECK(relay_matcher_add(m, rules[i], strlen(rules[i]), err, sizeof err) == (int)i);
-    CHECK(relay_matcher_compile(m, err, sizeof err) == 0);
+    for (i = 0; i < n; i++) {
+        CHECK(relay_matcher_add(m, rules[i], strlen(rules[i]), err, sizeof(err)) == (int)i);
+    }
+    CHECK(relay_matcher_compile(m, err, sizeof(err)) == 0);
     return m;
 }
 
@@ -89,8 +91,7 @@ test_typed_equality(void)
     CHECK(one("{\"k\\u00e9\":[{\"eq\":1}]}", "{\"k\xc3\xa9\":1}") == 1);
     CHECK(one("{\"k\xc3\xa9\":[{\"eq\":1}]}", "{\"k\\u00e9\":1}") == 1);
     /* field names that look like operators are plain keys */
-    CHECK(one("{\"eq\":[{\"eq\":\"group\"}],\"group\":[{\"exists\":true}]}",
-              "{\"eq\":\"group\",\"group\":0}") == 1);
+    CHECK(one("{\"eq\":[{\"eq\":\"group\"}],\"group\":[{\"exists\":true}]}", "{\"eq\":\"group\",\"group\":0}") == 1);
 }
 
 
@@ -123,8 +124,8 @@ test_exists(void)
     char event[64];
     size_t i;
 
-    for (i = 0; i < sizeof present / sizeof *present; i++) {
-        snprintf(event, sizeof event, "{\"k\":%s}", present[i]);
+    for (i = 0; i < sizeof(present) / sizeof(*present); i++) {
+        snprintf(event, sizeof(event), "{\"k\":%s}", present[i]);
         CHECK(one(top_t, event) == 1);
         CHECK(one(top_f, event) == 0);
     }
@@ -132,17 +133,17 @@ test_exists(void)
     CHECK(one(top_f, "{}") == 1);
     CHECK(one(nest_t, "{\"p\":{\"k\":null}}") == 1);
     CHECK(one(nest_f, "{\"p\":{\"k\":null}}") == 0);
-    CHECK(one(nest_t, "{}") == 0);               /* missing parent */
+    CHECK(one(nest_t, "{}") == 0); /* missing parent */
     CHECK(one(nest_f, "{}") == 1);
-    CHECK(one(nest_f, "{\"p\":null}") == 1);     /* non-object parent */
+    CHECK(one(nest_f, "{\"p\":null}") == 1); /* non-object parent */
     CHECK(one(nest_f, "{\"p\":\"s\"}") == 1);
     CHECK(one(nest_t, "{\"p\":\"s\"}") == 0);
     CHECK(one(nest_t, "{\"p\":[{\"x\":1},{\"k\":1}]}") == 1); /* array parent: an element */
     CHECK(one(nest_f, "{\"p\":[{\"k\":1},{\"x\":1}]}") == 1);
     CHECK(one(nest_f, "{\"p\":[{\"k\":1}]}") == 0);
-    CHECK(one(nest_f, "{\"p\":[{\"k\":1},7]}") == 1);   /* non-object element acts as {} */
-    CHECK(one(nest_f, "{\"p\":[]}") == 0);              /* no element at all */
-    CHECK(one(top_t, "{\"k\":[]}") == 1);               /* exists is about the key */
+    CHECK(one(nest_f, "{\"p\":[{\"k\":1},7]}") == 1); /* non-object element acts as {} */
+    CHECK(one(nest_f, "{\"p\":[]}") == 0);            /* no element at all */
+    CHECK(one(top_t, "{\"k\":[]}") == 1);             /* exists is about the key */
     CHECK(one(top_f, "{\"x\":{\"k\":1}}") == 1);
 }
 
@@ -157,7 +158,7 @@ test_arrays(void)
     CHECK(one(eq, "{\"t\":[\"a\",[\"c\",[\"b\"]]]}") == 1);
     CHECK(one(eq, "{\"t\":[\"a\",{\"t\":\"b\"}]}") == 0);
     CHECK(one(eq, "{\"t\":[]}") == 0);
-    CHECK(one(both, "{\"p\":[{\"a\":1},{\"b\":2}]}") == 0);  /* never across elements */
+    CHECK(one(both, "{\"p\":[{\"a\":1},{\"b\":2}]}") == 0); /* never across elements */
     CHECK(one(both, "{\"p\":[{\"a\":1},{\"a\":1,\"b\":2}]}") == 1);
     CHECK(one(both, "{\"p\":[[{\"a\":1,\"b\":2}]]}") == 1);
     CHECK(one(both, "{\"p\":{\"a\":[0,1],\"b\":[2]}}") == 1);
@@ -189,14 +190,14 @@ test_thresholds(void)
 static void
 test_temporal(void)
 {
-    const char *recent = "{\"t\":[{\"gt\":{\"now\":-300000}}]}";   /* after now-5m */
+    const char *recent = "{\"t\":[{\"gt\":{\"now\":-300000}}]}"; /* after now-5m */
     const char *past = "{\"t\":[{\"lt\":{\"now\":0}}]}";
     const char *at = "{\"t\":[{\"gte\":{\"now\":0}}]}";
 
     CHECK(one(recent, "{\"t\":\"2025-12-31T23:59:00Z\"}") == 1);
     CHECK(one(recent, "{\"t\":\"2025-12-31T23:50:00Z\"}") == 0);
     CHECK(one(recent, "{\"t\":\"2025-12-31t23:59:00z\"}") == 1);
-    CHECK(one(recent, "{\"t\":\"2026-01-01T00:59:00+01:00\"}") == 1);  /* = 23:59Z */
+    CHECK(one(recent, "{\"t\":\"2026-01-01T00:59:00+01:00\"}") == 1); /* = 23:59Z */
     CHECK(one(recent, "{\"t\":\"2025-12-31T18:59:00-05:00\"}") == 1);
     CHECK(one(recent, "{\"t\":\"2026-01-01T00:50:00+01:00\"}") == 0);
     CHECK(one(at, "{\"t\":\"2026-01-01T00:00:00Z\"}") == 1);
@@ -207,11 +208,11 @@ test_temporal(void)
     CHECK(one(at, "{\"t\":\"2026-01-01T00:00:00.0000000001Z\"}") == 1);
     CHECK(one("{\"t\":[{\"gt\":{\"now\":0}}]}", "{\"t\":\"2026-01-01T00:00:00.0000000001Z\"}") == 1);
     CHECK(one("{\"t\":[{\"gt\":{\"now\":0}}]}", "{\"t\":\"2026-01-01T00:00:00.000Z\"}") == 0);
-    CHECK(one(past, "{\"t\":\"2024-02-29T12:00:00Z\"}") == 1);           /* leap year */
-    CHECK(one(past, "{\"t\":\"2023-02-29T12:00:00Z\"}") == 0);           /* not a leap year */
+    CHECK(one(past, "{\"t\":\"2024-02-29T12:00:00Z\"}") == 1); /* leap year */
+    CHECK(one(past, "{\"t\":\"2023-02-29T12:00:00Z\"}") == 0); /* not a leap year */
     CHECK(one(past, "{\"t\":\"1900-02-29T12:00:00Z\"}") == 0);
     CHECK(one(past, "{\"t\":\"2000-02-29T12:00:00Z\"}") == 1);
-    CHECK(one(past, "{\"t\":\"2016-12-31T23:59:60Z\"}") == 1);           /* leap second */
+    CHECK(one(past, "{\"t\":\"2016-12-31T23:59:60Z\"}") == 1); /* leap second */
     CHECK(one(past, "{\"t\":\"2025-13-01T00:00:00Z\"}") == 0);
     CHECK(one(past, "{\"t\":\"2025-04-31T00:00:00Z\"}") == 0);
     CHECK(one(past, "{\"t\":\"2025-01-01T24:00:00Z\"}") == 0);
@@ -256,11 +257,11 @@ test_combinations(void)
     CHECK_STR(ids_of(m, "{\"a\":\"z\",\"b\":1,\"a\":\"y\"}"), "0,2");
     CHECK_STR(ids_of(m, "{\"p\":{\"q\":true},\"p\":{\"q\":false},\"c\":1}"), "");
     /* a small ids buffer: total count, first ids written */
-    CHECK(relay_matcher_match(m, e, strlen(e), MAX, NOW, ids, 2, reason, sizeof reason) == 4);
+    CHECK(relay_matcher_match(m, e, strlen(e), MAX, NOW, ids, 2, reason, sizeof(reason)) == 4);
     CHECK(ids[0] == 0 && ids[1] == 1);
     CHECK_STR(ids_of(m, "{\"a\":"), "!invalid JSON at byte 5: expected a value");
     CHECK_STR(ids_of(m, "[]"), "!event is not a JSON object");
-    CHECK(relay_matcher_match(m, e, strlen(e), 4, NOW, ids, 2, reason, sizeof reason) == -1);
+    CHECK(relay_matcher_match(m, e, strlen(e), 4, NOW, ids, 2, reason, sizeof(reason)) == -1);
     CHECK_STR(reason, "event too large (15 bytes > 4)");
     CHECK(relay_matcher_count(m) == 5);
     relay_matcher_free(m);
@@ -271,26 +272,40 @@ static void
 test_compile_errors(void)
 {
     const char *bad[] = {
-        "", "[]", "{}", "{\"a\":[]}", "{\"a\":{}}", "{\"a\":[{}]}", "{\"a\":[1]}",
-        "{\"a\":[{\"eq\":[1]}]}", "{\"a\":[{\"eq\":{}}]}", "{\"a\":[{\"prefx\":\"x\"}]}",
-        "{\"a\":[{\"prefix\":1}]}", "{\"a\":[{\"exists\":1}]}", "{\"a\":[{\"gt\":\"x\"}]}",
-        "{\"a\":[{\"gt\":{\"now\":1.5}}]}", "{\"a\":[{\"gt\":{\"then\":1}}]}",
-        "{\"a\":[{\"eq\":1,\"prefix\":\"x\"}]}", "{\"a\":[{\"group\":{}}]}",
-        "{\"a\":[{\"group\":[]}]}", "{\"a\":[{\"eq\":1}]", "{\"a\":[{\"eq\\u0000\":1}]}",
+        "",
+        "[]",
+        "{}",
+        "{\"a\":[]}",
+        "{\"a\":{}}",
+        "{\"a\":[{}]}",
+        "{\"a\":[1]}",
+        "{\"a\":[{\"eq\":[1]}]}",
+        "{\"a\":[{\"eq\":{}}]}",
+        "{\"a\":[{\"prefx\":\"x\"}]}",
+        "{\"a\":[{\"prefix\":1}]}",
+        "{\"a\":[{\"exists\":1}]}",
+        "{\"a\":[{\"gt\":\"x\"}]}",
+        "{\"a\":[{\"gt\":{\"now\":1.5}}]}",
+        "{\"a\":[{\"gt\":{\"then\":1}}]}",
+        "{\"a\":[{\"eq\":1,\"prefix\":\"x\"}]}",
+        "{\"a\":[{\"group\":{}}]}",
+        "{\"a\":[{\"group\":[]}]}",
+        "{\"a\":[{\"eq\":1}]",
+        "{\"a\":[{\"eq\\u0000\":1}]}",
     };
     relay_matcher *m = relay_matcher_new();
     char err[200];
     size_t i;
 
-    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+    for (i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         err[0] = '\0';
-        CHECK(relay_matcher_add(m, bad[i], strlen(bad[i]), err, sizeof err) == -1);
+        CHECK(relay_matcher_add(m, bad[i], strlen(bad[i]), err, sizeof(err)) == -1);
         CHECK(err[0] != '\0');
     }
-    CHECK(relay_matcher_add(m, "{\"a\":[{\"eq\":1}]}", 16, err, sizeof err) == 0);
+    CHECK(relay_matcher_add(m, "{\"a\":[{\"eq\":1}]}", 16, err, sizeof(err)) == 0);
     CHECK_STR(ids_of(m, "{\"a\":1}"), "0");
     /* adding after a match recompiles */
-    CHECK(relay_matcher_add(m, "{\"b\":[{\"eq\":2}]}", 16, err, sizeof err) == 1);
+    CHECK(relay_matcher_add(m, "{\"b\":[{\"eq\":2}]}", 16, err, sizeof(err)) == 1);
     CHECK_STR(ids_of(m, "{\"a\":1,\"b\":2}"), "0,1");
     relay_matcher_free(m);
 }
@@ -304,12 +319,11 @@ test_many_rules(void)
     int i;
 
     for (i = 0; i < 10000; i++) {
-        int len = snprintf(rule, sizeof rule, "{\"p\":[{\"group\":{\"id\":[{\"eq\":\"k%d\"}]}}]}",
-                           i % 5000);
+        int len = snprintf(rule, sizeof(rule), "{\"p\":[{\"group\":{\"id\":[{\"eq\":\"k%d\"}]}}]}", i % 5000);
 
-        CHECK(relay_matcher_add(m, rule, (size_t)len, err, sizeof err) == i);
+        CHECK(relay_matcher_add(m, rule, (size_t)len, err, sizeof(err)) == i);
     }
-    snprintf(event, sizeof event, "{\"p\":{\"id\":\"k42\"}}");
+    snprintf(event, sizeof(event), "{\"p\":{\"id\":\"k42\"}}");
     CHECK_STR(ids_of(m, event), "42,5042");
     CHECK_STR(ids_of(m, "{\"p\":{\"id\":[\"k7\",\"k4999\",\"k7\"]}}"), "7,4999,5007,9999");
     CHECK_STR(ids_of(m, "{\"p\":{\"id\":\"k5000\"}}"), "");
@@ -318,13 +332,14 @@ test_many_rules(void)
     for (i = 0; i < 6000; i++) {
         char want[32];
 
-        snprintf(event, sizeof event, "{\"p\":{\"id\":\"k%d\"}}", i);
-        if (i < 5000)
-            snprintf(want, sizeof want, "%d,%d", i, i + 5000);
-        else
+        snprintf(event, sizeof(event), "{\"p\":{\"id\":\"k%d\"}}", i);
+        if (i < 5000) {
+            snprintf(want, sizeof(want), "%d,%d", i, i + 5000);
+        } else {
             want[0] = '\0';
+        }
         CHECK_STR(ids_of(m, event), want);
-        snprintf(event, sizeof event, "{\"p\":{\"id\":\"K%d\"}}", i);
+        snprintf(event, sizeof(event), "{\"p\":{\"id\":\"K%d\"}}", i);
         CHECK_STR(ids_of(m, event), "");
     }
     relay_matcher_free(m);
@@ -341,25 +356,21 @@ test_number_arrays(void)
         "{\"properties\":[{\"group\":{\"id\":[{\"eq\":\"a\"}]}}]}",
         "{\"geometry\":[{\"group\":{\"coordinates\":[{\"eq\":37.5}]}}]}",
     };
-    static const char ring[] =
-        "[[-122.48613717231817,37.7608108830672,0],[-122.48620965739097,37.761165805915034,0],"
-        "[-122.48607163261062,37.76116134348771,0],[-122.4858737552294,37.761154945988416,0]]";
+    static const char ring[] = "[[-122.48613717231817,37.7608108830672,0],[-122.48620965739097,37.761165805915034,0],"
+                               "[-122.48607163261062,37.76116134348771,0],[-122.4858737552294,37.761154945988416,0]]";
     relay_matcher *m = make(rules, 2);
     char event[1024];
     int level;
 
     for (level = RELAY_JSON_SIMD_OFF; level <= RELAY_JSON_SIMD_AVX2; level++) {
         relay_json_set_simd(level);
-        snprintf(event, sizeof event, "{\"g\":%s,\"properties\":{\"id\":\"a\"},\"h\":%s}", ring,
-                 ring);
+        snprintf(event, sizeof(event), "{\"g\":%s,\"properties\":{\"id\":\"a\"},\"h\":%s}", ring, ring);
         CHECK_STR(ids_of(m, event), "0");
-        snprintf(event, sizeof event, "{\"geometry\":{\"coordinates\":[%s,[[1,37.5]]]}}", ring);
+        snprintf(event, sizeof(event), "{\"geometry\":{\"coordinates\":[%s,[[1,37.5]]]}}", ring);
         CHECK_STR(ids_of(m, event), "1");
-        snprintf(event, sizeof event, "{\"g\":[%s,[[1,037.5]]],\"properties\":{\"id\":\"a\"}}",
-                 ring);
+        snprintf(event, sizeof(event), "{\"g\":[%s,[[1,037.5]]],\"properties\":{\"id\":\"a\"}}", ring);
         CHECK_STR(ids_of(m, event), "!invalid JSON at byte 181: leading zero in number");
-        snprintf(event, sizeof event, "{\"g\":[%s,[[1,3\x80]]],\"properties\":{\"id\":\"a\"}}",
-                 ring);
+        snprintf(event, sizeof(event), "{\"g\":[%s,[[1,3\x80]]],\"properties\":{\"id\":\"a\"}}", ring);
         CHECK_STR(ids_of(m, event), "!invalid JSON at byte 181: expected ',' or ']'");
     }
     relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
@@ -367,9 +378,51 @@ test_number_arrays(void)
 }
 
 
+/* The operator table: every row is reachable by name, and the rule reader
+ * accepts exactly the rows that are not foreign, each with its operand. */
+static void
+test_operator_table(void)
+{
+    static const char *const samples[] = {
+        [RELAY_OPERAND_LITERAL] = "1",
+        [RELAY_OPERAND_STRING] = "\"x\"",
+        [RELAY_OPERAND_BOOLEAN] = "true",
+        [RELAY_OPERAND_THRESHOLD] = "{\"now\":-5}",
+        [RELAY_OPERAND_GROUP] = "{\"b\":[{\"eq\":1}]}",
+        [RELAY_OPERAND_FOREIGN] = "1",
+    };
+    const relay_matcher_op *op;
+    relay_matcher *m = relay_matcher_new();
+    char rule[128], err[200];
+    int rows = 0, written = 0, foreign = 0;
+
+    for (op = relay_matcher_ops; op->name != NULL; op++, rows++) {
+        CHECK(strlen(op->name) == op->len);
+        CHECK(relay_matcher_op_find(op->name, op->len) == op);
+        CHECK(strcmp(relay_matcher_operand_name((relay_matcher_operand)op->operand), "") != 0);
+        written += op->written;
+        foreign += op->operand == RELAY_OPERAND_FOREIGN;
+        snprintf(rule, sizeof(rule), "{\"a\":[{\"%s\":%s}]}", op->name, samples[op->operand]);
+        if (op->operand == RELAY_OPERAND_FOREIGN) {
+            CHECK(relay_matcher_add(m, rule, strlen(rule), err, sizeof(err)) == -1);
+            CHECK(strstr(err, "unknown operator") != NULL);
+        } else {
+            CHECK(relay_matcher_add(m, rule, strlen(rule), err, sizeof(err)) >= 0);
+        }
+    }
+    CHECK(rows == 15 && written == 7 && foreign == 6);
+    CHECK(relay_matcher_op_find("gt", 2) != NULL && relay_matcher_op_find("gt", 1) == NULL);
+    CHECK(relay_matcher_op_find("gte", 3)->operand == RELAY_OPERAND_THRESHOLD);
+    CHECK(relay_matcher_op_find("equals", 6) == NULL);
+    CHECK_STR(relay_matcher_operand_name(RELAY_OPERAND_THRESHOLD), "threshold");
+    relay_matcher_free(m);
+}
+
+
 int
 main(void)
 {
+    test_operator_table();
     test_typed_equality();
     test_prefix_suffix();
     test_exists();

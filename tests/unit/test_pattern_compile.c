@@ -1,6 +1,7 @@
 /* Unit test of pattern_compile: the accepted subset comes out as pattern.lua's normal
  * form, and everything outside it is deferred (-1), never compiled differently. */
 #include "check.h"
+#include "relay/matcher.h"
 #include "relay/pattern_compile.h"
 
 static char err[RELAY_YAML_ERR_MAX];
@@ -53,8 +54,7 @@ test_literals(void)
               "{\"eq\":\"2\"},{\"eq\":\"3\"}]}");
     CHECK_STR(compile("{a: [0x1F, 0o17, 0.1, 1e300]}"),
               "{\"a\":[{\"eq\":31},{\"eq\":15},{\"eq\":0.1},{\"eq\":1e+300}]}");
-    CHECK_STR(compile("{a: [\"q\\\"b\\\\s\\t\\x01\\x7f\"]}"),
-              "{\"a\":[{\"eq\":\"q\\\"b\\\\s\\t\\u0001\\u007f\"}]}");
+    CHECK_STR(compile("{a: [\"q\\\"b\\\\s\\t\\x01\\x7f\"]}"), "{\"a\":[{\"eq\":\"q\\\"b\\\\s\\t\\u0001\\u007f\"}]}");
     CHECK_STR(compile("{\"k\\\"ey\": [x], b: [y]}"), "{\"k\\\"ey\":[{\"eq\":\"x\"}],\"b\":[{\"eq\":\"y\"}]}");
 }
 
@@ -157,16 +157,16 @@ static void
 test_entries(void)
 {
     static const char *const deferred[] = {
-        "{pattern: {a: [x]}}",                              /* no handler */
-        "{handler: h}",                                     /* no pattern */
-        "{handler: h, pattern: {a: [x]}, other: 1}",        /* unknown key */
-        "{handler: 1, pattern: {a: [x]}}",                  /* handler not a string */
-        "{handler: a b, pattern: {a: [x]}}",                /* bad handler name */
-        "{handler: \"\", pattern: {a: [x]}}",               /* empty handler */
-        "{handler: [h], pattern: {a: [x]}}",                /* handler not a scalar */
-        "{handler: h, pattern: {a: x}}",                    /* pattern deferred */
-        "{handler: h, pattern: [a]}",                       /* pattern not a map */
-        "[handler, pattern]",                               /* entry not a map */
+        "{pattern: {a: [x]}}",                       /* no handler */
+        "{handler: h}",                              /* no pattern */
+        "{handler: h, pattern: {a: [x]}, other: 1}", /* unknown key */
+        "{handler: 1, pattern: {a: [x]}}",           /* handler not a string */
+        "{handler: a b, pattern: {a: [x]}}",         /* bad handler name */
+        "{handler: \"\", pattern: {a: [x]}}",        /* empty handler */
+        "{handler: [h], pattern: {a: [x]}}",         /* handler not a scalar */
+        "{handler: h, pattern: {a: x}}",             /* pattern deferred */
+        "{handler: h, pattern: [a]}",                /* pattern not a map */
+        "[handler, pattern]",                        /* entry not a map */
         NULL,
     };
     relay_yaml_node *root;
@@ -197,9 +197,41 @@ test_entries(void)
 }
 
 
+/* Every written operator of the matcher's table compiles, and every written or
+ * foreign one is refused as a field name, with no list of names here. */
+static void
+test_operator_table(void)
+{
+    static const char *const samples[][2] = {
+        [RELAY_OPERAND_STRING] = {"ab", "\"ab\""},
+        [RELAY_OPERAND_BOOLEAN] = {"false", "false"},
+        [RELAY_OPERAND_THRESHOLD] = {"-2.5", "-2.5"},
+    };
+    const relay_matcher_op *op;
+    char yaml[128], want[128];
+
+    for (op = relay_matcher_ops; op->name != NULL; op++) {
+        snprintf(yaml, sizeof(yaml), "{\"%s\": [x]}", op->name);
+        if (op->written || op->operand == RELAY_OPERAND_FOREIGN) {
+            CHECK_DEFER(yaml);
+        } else {
+            snprintf(want, sizeof(want), "{\"%s\":[{\"eq\":\"x\"}]}", op->name);
+            CHECK_STR(compile(yaml), want);
+        }
+        if (!op->written) {
+            continue;
+        }
+        snprintf(yaml, sizeof(yaml), "{a: [{%s: %s}]}", op->name, samples[op->operand][0]);
+        snprintf(want, sizeof(want), "{\"a\":[{\"%s\":%s}]}", op->name, samples[op->operand][1]);
+        CHECK_STR(compile(yaml), want);
+    }
+}
+
+
 int
 main(void)
 {
+    test_operator_table();
     test_literals();
     test_operators();
     test_groups();

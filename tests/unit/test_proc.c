@@ -24,7 +24,7 @@ struct run {
     int done;
     struct line lines[64];
     int nlines;
-    size_t total[3];  /* bytes per stream */
+    size_t total[3]; /* bytes per stream */
     size_t pieces[3];
     size_t max_piece;
     int hooks_term, hooks_kill;
@@ -206,11 +206,24 @@ test_lines(void)
             continue;
         }
         switch (out++) {
-        case 0: CHECK_STR(l->bytes, "a"); CHECK(!l->partial); break;
-        case 1: CHECK_STR(l->bytes, "bb"); CHECK(!l->partial); break;
-        case 2: CHECK_STR(l->bytes, ""); CHECK(!l->partial); break;
-        case 3: CHECK_STR(l->bytes, "ccc"); CHECK(l->partial); break;
-        default: CHECK(0);
+        case 0:
+            CHECK_STR(l->bytes, "a");
+            CHECK(!l->partial);
+            break;
+        case 1:
+            CHECK_STR(l->bytes, "bb");
+            CHECK(!l->partial);
+            break;
+        case 2:
+            CHECK_STR(l->bytes, "");
+            CHECK(!l->partial);
+            break;
+        case 3:
+            CHECK_STR(l->bytes, "ccc");
+            CHECK(l->partial);
+            break;
+        default:
+            CHECK(0);
         }
     }
     CHECK(out == 4 && r.nlines == 5);

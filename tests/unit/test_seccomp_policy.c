@@ -29,20 +29,74 @@
 #include "check.h"
 
 /* The calls Relay refuses to handlers, whichever profile is loaded. */
-static const char *const REFUSED[] = {
-    "unshare", "setns", "mount", "umount2", "pivot_root", "move_mount", "open_tree",
-    "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "keyctl", "add_key",
-    "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf",
-    "perf_event_open", "ptrace", "process_vm_readv", "process_vm_writev", "kexec_load",
-    "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
-    "swapoff", "userfaultfd", "open_by_handle_at", "name_to_handle_at", "acct",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "syslog", "quotactl",
-    "lookup_dcookie", "nfsservctl", "iopl", "ioperm", "create_module", "get_kernel_syms",
-    "query_module", "uselib", "ustat", "sysfs", "_sysctl", "pciconfig_iobase",
-    "pciconfig_read", "pciconfig_write", "setdomainname", "sethostname", "chroot",
-    "fanotify_init", "kcmp", "mbind", "set_mempolicy", "move_pages", "vm86", "vm86old",
-    NULL
-};
+/* clang-format off: packed by hand */
+static const char *const REFUSED[] = {"unshare",
+                                      "setns",
+                                      "mount",
+                                      "umount2",
+                                      "pivot_root",
+                                      "move_mount",
+                                      "open_tree",
+                                      "fsopen",
+                                      "fsconfig",
+                                      "fsmount",
+                                      "fspick",
+                                      "mount_setattr",
+                                      "keyctl",
+                                      "add_key",
+                                      "request_key",
+                                      "io_uring_setup",
+                                      "io_uring_enter",
+                                      "io_uring_register",
+                                      "bpf",
+                                      "perf_event_open",
+                                      "ptrace",
+                                      "process_vm_readv",
+                                      "process_vm_writev",
+                                      "kexec_load",
+                                      "kexec_file_load",
+                                      "init_module",
+                                      "finit_module",
+                                      "delete_module",
+                                      "reboot",
+                                      "swapon",
+                                      "swapoff",
+                                      "userfaultfd",
+                                      "open_by_handle_at",
+                                      "name_to_handle_at",
+                                      "acct",
+                                      "settimeofday",
+                                      "clock_settime",
+                                      "clock_adjtime",
+                                      "adjtimex",
+                                      "syslog",
+                                      "quotactl",
+                                      "lookup_dcookie",
+                                      "nfsservctl",
+                                      "iopl",
+                                      "ioperm",
+                                      "create_module",
+                                      "get_kernel_syms",
+                                      "query_module",
+                                      "uselib",
+                                      "ustat",
+                                      "sysfs",
+                                      "_sysctl",
+                                      "pciconfig_iobase",
+                                      "pciconfig_read",
+                                      "pciconfig_write",
+                                      "setdomainname",
+                                      "sethostname",
+                                      "chroot",
+                                      "fanotify_init",
+                                      "kcmp",
+                                      "mbind",
+                                      "set_mempolicy",
+                                      "move_pages",
+                                      "vm86",
+                                      "vm86old",
+                                      NULL};
+/* clang-format on */
 
 
 static int
@@ -93,10 +147,10 @@ test_names(void)
     }
     CHECK(listed(allow, nallow, "read") && listed(allow, nallow, "write"));
     CHECK(listed(allow, nallow, "execve") && listed(allow, nallow, "exit_group"));
-    CHECK(listed(allow, nallow, "mmap2"));  /* an x86 call, mapped per arch */
+    CHECK(listed(allow, nallow, "mmap2")); /* an x86 call, mapped per arch */
     for (int k = 0; k < 2; k++) {
-        const relay_seccomp_profile *p = relay_seccomp_profile_get(k == 0 ? RELAY_SECCOMP_ALLOWLIST
-                                                                           : RELAY_SECCOMP_DENYLIST);
+        const relay_seccomp_profile *p =
+            relay_seccomp_profile_get(k == 0 ? RELAY_SECCOMP_ALLOWLIST : RELAY_SECCOMP_DENYLIST);
 
         for (size_t i = 0; i < p->nrules; i++) {
             CHECK(!listed(k == 0 ? allow : deny, k == 0 ? nallow : ndeny, p->rules[i].name));
@@ -156,7 +210,7 @@ agree(const char *name, uint64_t arg0)
     int d = verdict(relay_seccomp_profile_get(RELAY_SECCOMP_DENYLIST), name, arg0);
 
     if (a != d) {
-        fprintf(stderr, "%s(0x%llx): allowlist %d, denylist %d\n", name, (unsigned long long) arg0, a, d);
+        fprintf(stderr, "%s(0x%llx): allowlist %d, denylist %d\n", name, (unsigned long long)arg0, a, d);
     }
     return a == d;
 }
@@ -168,8 +222,8 @@ agree(const char *name, uint64_t arg0)
 static void
 test_rules_agree(void)
 {
-    static const uint64_t edges[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff, 0x400000,
-                                     UINT64_C(0x100000000), UINT64_C(0x100000008), UINT64_MAX};
+    static const uint64_t edges[] = {
+        0x0, 0x8, 0x20000, 0x20008, 0xffffffff, 0x400000, UINT64_C(0x100000000), UINT64_C(0x100000008), UINT64_MAX};
     uint64_t x = UINT64_C(0x9e3779b97f4a7c15);
     int bad = 0;
 
@@ -220,7 +274,7 @@ write_program(relay_seccomp_kind kind, char *path, size_t cap)
         return -1;
     }
     close(fd);
-    return (long) st.st_size;
+    return (long)st.st_size;
 }
 
 
@@ -237,10 +291,10 @@ load_program(const char *path)
     }
     n = read(fd, insns, sizeof(insns));
     close(fd);
-    if (n <= 0 || n % (ssize_t) sizeof(insns[0]) != 0) {
+    if (n <= 0 || n % (ssize_t)sizeof(insns[0]) != 0) {
         return -1;
     }
-    prog.len = (unsigned short) (n / (ssize_t) sizeof(insns[0]));
+    prog.len = (unsigned short)(n / (ssize_t)sizeof(insns[0]));
     prog.filter = insns;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         return -1;
@@ -297,7 +351,7 @@ spawn_call(long rc)
         _exit(0);
     }
     if (rc > 0) {
-        waitpid((pid_t) rc, NULL, 0);
+        waitpid((pid_t)rc, NULL, 0);
     }
     return rc;
 }
@@ -307,15 +361,14 @@ spawn_call(long rc)
  * failed step (the exit code), 0 if all passed. The order matters: each
  * personality call answers with the previous value, and without the filter
  * an unshare first would make the clone fail for an unrelated reason. */
-#define STEP(what, ok)                                                      \
-    do {                                                                    \
-        step++;                                                             \
-        errno = 0;                                                          \
-        if (!(ok)) {                                                        \
-            fprintf(stderr, "  under the filter: %s: FAILED (%s)\n", (what), \
-                    strerror(errno));                                       \
-            first = first != 0 ? first : step;                              \
-        }                                                                   \
+#define STEP(what, ok)                                                                         \
+    do {                                                                                       \
+        step++;                                                                                \
+        errno = 0;                                                                             \
+        if (!(ok)) {                                                                           \
+            fprintf(stderr, "  under the filter: %s: FAILED (%s)\n", (what), strerror(errno)); \
+            first = first != 0 ? first : step;                                                 \
+        }                                                                                      \
     } while (0)
 
 static int
@@ -352,8 +405,8 @@ test_behaviour(relay_seccomp_kind kind, const char *label)
     int status = -1;
     pid_t pid;
 
-    CHECK(size > 0 && size % (long) sizeof(struct sock_filter) == 0);
-    printf("%s: %ld BPF instructions\n", label, size / (long) sizeof(struct sock_filter));
+    CHECK(size > 0 && size % (long)sizeof(struct sock_filter) == 0);
+    printf("%s: %ld BPF instructions\n", label, size / (long)sizeof(struct sock_filter));
     if (size <= 0) {
         return;
     }

@@ -9,6 +9,7 @@ local apps = require("relay.apps")
 local config = require("relay.config")
 local exit = require("relay.exit")
 local pattern = require("relay.pattern")
+local string_buffer = require("string.buffer")
 
 local _M = {}
 
@@ -72,15 +73,59 @@ local function match_one(args, cfg, m, labels, now_ms)
 end
 
 
+--- What --events prints, from the scan's batches of (line, rule id) pairs: `<line> <label>` per
+-- pair, or with --pattern each matching line's number once; with --count nothing (the scan
+-- only counts). Each batch is formatted into one string.buffer and written at once: writing
+-- numbers piece by piece costs a string per line, ~15 % of the whole command on ours-subset.
+local function match_printer(args, labels)
+    if args.count then
+        return nil
+    end
+    local out, buf = io.stdout, string_buffer.new()
+    if args.pattern then
+        local last = 0 -- one rule: a line never repeats, but say so rather than rely on it
+        return function(lines, _, n)
+            for i = 1, n do
+                local line = lines[i]
+                if line ~= last then
+                    buf:put(line, "\n")
+                    last = line
+                end
+            end
+            out:write(buf:get())
+        end
+    end
+    return function(lines, ids, n)
+        for i = 1, n do
+            local id = ids[i]
+            buf:put(lines[i], " ", labels[id + 1] or id, "\n")
+        end
+        out:write(buf:get())
+    end
+end
+
+
 local function match_file(args, cfg, m, labels, now_ms)
-    io.stdout:flush() -- scan_file writes through C stdio
-    local matched, total = m:scan_file(args.events, {
+    local input = io.stdin
+    if args.events ~= "-" then
+        local err
+        input, err = io.open(args.events, "rb")
+        if not input then
+            exit.env("cannot open " .. err)
+        end
+    end
+    local matched, total = m:scan(input, {
         max_bytes = cfg.max_event_bytes,
         now_ms = now_ms,
-        count_only = args.count,
-        names = labels,
-        label_only = args.pattern ~= nil,
+        on_match = match_printer(args, labels),
+        on_malformed = function(line, reason)
+            io.stdout:flush() -- keep stdout and stderr in line order when both go to one file
+            io.stderr:write("relay: ", args.events, ":", line, ": ", reason, "\n")
+        end,
     })
+    if input ~= io.stdin then
+        input:close()
+    end
     if not matched then
         exit.env(total)
     end

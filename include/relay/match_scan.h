@@ -1,0 +1,58 @@
+/*
+ * match_scan: match every line of a stream of JSON events, one event per line,
+ * against a matcher, without a call per line from the caller: the bulk side of
+ * `relay match --events`. What to do with a match or a malformed line is the
+ * caller's (a sink of two callbacks); this unit only reads, splits and matches.
+ *
+ * Reading is blocking stdio: meant for a one-shot command, never for the
+ * daemon's loop.
+ *
+ * Every line is an event, the last one too when no newline ends it. A line the
+ * matcher refuses is malformed, an empty line included ("empty event"). A line
+ * longer than the read buffer is skipped without being held in memory and
+ * reported as "event too large (<bytes> bytes > <max_bytes>)".
+ */
+#ifndef RELAY_MATCH_SCAN_H
+#define RELAY_MATCH_SCAN_H
+
+#include "relay/matcher.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* relay_match_scan's result when a sink callback asked it to stop. */
+#define RELAY_MATCH_SCAN_STOPPED 1
+
+typedef struct relay_match_scan_sink {
+    /* A matching event: its line number (from 1) and the ids of the rules it
+     * matched, ascending (ids is reused: copy what must outlive the call).
+     * A nonzero return stops the scan. NULL: matches are only counted. */
+    int (*on_match)(void *ctx, long long line, const uint32_t *ids, size_t nids);
+    /* A malformed line and why. A nonzero return stops the scan. NULL: skip. */
+    int (*on_malformed)(void *ctx, long long line, const char *reason);
+    void *ctx;
+} relay_match_scan_sink;
+
+typedef struct relay_match_scan_opts {
+    size_t max_bytes;  /* the largest event accepted (RELAY_MAX_EVENT_BYTES) */
+    int64_t now_ms;    /* wall clock for temporal rules, ms since the Unix epoch */
+    size_t read_chunk; /* 0 for 4 MiB; the read buffer holds max(max_bytes + 1,
+                        * read_chunk) bytes, at most 1 GiB */
+} relay_match_scan_opts;
+
+typedef struct relay_match_scan_counts {
+    long long matched; /* events that matched at least one rule */
+    long long total;   /* lines read, malformed ones included */
+} relay_match_scan_counts;
+
+/*
+ * Read `in` to its end, matching each line with m. Returns 0 at the end of the
+ * input, RELAY_MATCH_SCAN_STOPPED when a callback stopped the scan, or -1 with a
+ * message in err on a read error or when memory ran out. *counts holds what was
+ * seen in every case. `in` stays open and owned by the caller.
+ */
+int relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
+                     relay_match_scan_counts *counts, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,101 @@
+/* libFuzzer target for match_scan. Input: one rule in normal form on the first
+ * line, then the events, one per line. The read buffer is tiny (128 bytes, events
+ * up to 64), so long lines and lines across reads are common. Every line must be
+ * reported exactly once, in order, as matched, unmatched or malformed; ids come
+ * ascending; the counts agree with what the sink saw. */
+#include "relay/match_scan.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+typedef struct seen {
+    long long last_line; /* highest line reported so far */
+    long long matched;
+    long long malformed;
+} seen;
+
+
+static int
+on_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
+{
+    seen *s = ctx;
+    size_t i;
+
+    if (line <= s->last_line || nids == 0) {
+        abort();
+    }
+    for (i = 1; i < nids; i++) {
+        if (ids[i - 1] >= ids[i]) {
+            abort();
+        }
+    }
+    s->last_line = line;
+    s->matched++;
+    return 0;
+}
+
+
+static int
+on_malformed(void *ctx, long long line, const char *reason)
+{
+    seen *s = ctx;
+
+    if (line <= s->last_line || reason[0] == '\0') {
+        abort();
+    }
+    s->last_line = line;
+    s->malformed++;
+    return 0;
+}
+
+
+/* Lines in the events: newlines, plus one for a last line without its own. */
+static long long
+count_lines(const char *p, size_t len)
+{
+    long long n = 0;
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        n += p[i] == '\n';
+    }
+    return n + (len > 0 && p[len - 1] != '\n');
+}
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *p = (const char *)data, *nl = memchr(p, '\n', size);
+    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128};
+    seen s = {0, 0, 0};
+    relay_match_scan_sink sink = {on_match, on_malformed, &s};
+    relay_match_scan_counts counts;
+    relay_matcher *m;
+    size_t rule_len = nl != NULL ? (size_t)(nl - p) : size;
+    size_t events_len = nl != NULL ? size - rule_len - 1 : 0;
+    char err[256];
+    FILE *in;
+
+    if (events_len == 0 || (m = relay_matcher_new()) == NULL) {
+        return 0;
+    }
+    relay_matcher_add(m, p, rule_len, err, sizeof(err));
+    in = fmemopen((void *)(nl + 1), events_len, "r");
+    if (in != NULL) {
+        if (relay_match_scan(m, in, &opts, &sink, &counts, err, sizeof(err)) != 0) {
+            abort();
+        }
+        if (counts.total != count_lines(nl + 1, events_len) || counts.matched != s.matched
+            || s.matched + s.malformed > counts.total) {
+            abort();
+        }
+        fclose(in);
+    }
+    relay_matcher_free(m);
+    return 0;
+}

@@ -1,0 +1,199 @@
+/* Unit test of match_scan (include/relay/match_scan.h): line splitting, line
+ * numbers, the sink's callbacks, long lines and read errors. */
+#include "check.h"
+#include "relay/match_scan.h"
+
+#include <stdint.h>
+
+#define NOW INT64_C(1767225600000)
+
+/* What the sink saw, one "<line>:<ids>" or "<line>!<reason>" per call. */
+static char seen[4096];
+static size_t seen_len;
+static long long stop_at_line;
+
+
+static int
+record_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
+{
+    size_t i;
+
+    (void)ctx;
+    seen_len += (size_t)snprintf(seen + seen_len, sizeof(seen) - seen_len, "%lld:", line);
+    for (i = 0; i < nids && i < 3; i++) {
+        seen_len += (size_t)snprintf(seen + seen_len, sizeof(seen) - seen_len, "%s%u", i ? "," : "", ids[i]);
+    }
+    if (nids > 3) {
+        seen_len += (size_t)snprintf(seen + seen_len, sizeof(seen) - seen_len, "..%u(%zu)", ids[nids - 1], nids);
+    }
+    seen_len += (size_t)snprintf(seen + seen_len, sizeof(seen) - seen_len, " ");
+    return line == stop_at_line;
+}
+
+
+static int
+record_malformed(void *ctx, long long line, const char *reason)
+{
+    (void)ctx;
+    seen_len += (size_t)snprintf(seen + seen_len, sizeof(seen) - seen_len, "%lld!%s ", line, reason);
+    return 0;
+}
+
+
+static const relay_match_scan_sink recorder = {record_match, record_malformed, NULL};
+
+
+static relay_matcher *
+make(const char *const *rules, size_t n)
+{
+    relay_matcher *m = relay_matcher_new();
+    char err[200];
+    size_t i;
+
+    CHECK(m != NULL);
+    for (i = 0; i < n; i++) {
+        CHECK(relay_matcher_add(m, rules[i], strlen(rules[i]), err, sizeof(err)) == (int)i);
+    }
+    return m;
+}
+
+
+/* Scan text through the recorder; returns relay_match_scan's result. */
+static int
+scan_text(relay_matcher *m, const char *text, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
+          relay_match_scan_counts *counts)
+{
+    FILE *in = fmemopen((void *)text, strlen(text), "r");
+    char err[128];
+    int rc;
+
+    seen[0] = '\0';
+    seen_len = 0;
+    CHECK(in != NULL);
+    if (in == NULL) {
+        return -1;
+    }
+    rc = relay_match_scan(m, in, opts, sink, counts, err, sizeof(err));
+    fclose(in);
+    return rc;
+}
+
+
+static void
+test_lines(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}", "{\"b\":[{\"exists\":true}]}"};
+    relay_matcher *m = make(rules, 2);
+    relay_match_scan_opts opts = {1 << 20, NOW, 0};
+    relay_match_scan_counts counts;
+
+    CHECK(scan_text(m, "{\"a\":1}\n{\"c\":1}\n\n{\"a\":1,\"b\":0}\n{\"a\":\n{\"b\":2}", &opts, &recorder, &counts)
+          == 0);
+    CHECK_STR(seen, "1:0 3!empty event 4:0,1 5!invalid JSON at byte 5: expected a value 6:1 ");
+    CHECK(counts.matched == 3 && counts.total == 6);
+
+    /* A final newline ends the last line; it starts no empty one. */
+    CHECK(scan_text(m, "{\"b\":1}\n", &opts, &recorder, &counts) == 0);
+    CHECK_STR(seen, "1:1 ");
+    CHECK(counts.matched == 1 && counts.total == 1);
+    CHECK(scan_text(m, "", &opts, &recorder, &counts) == 0);
+    CHECK(counts.matched == 0 && counts.total == 0);
+    relay_matcher_free(m);
+}
+
+
+/* More matching rules than the first ids buffer holds. */
+static void
+test_many_ids(void)
+{
+    const char *rules[70];
+    relay_matcher *m;
+    relay_match_scan_opts opts = {1 << 20, NOW, 0};
+    relay_match_scan_counts counts;
+    size_t i;
+
+    for (i = 0; i < 70; i++) {
+        rules[i] = i % 2 ? "{\"a\":[{\"gt\":0}]}" : "{\"a\":[{\"eq\":5}]}";
+    }
+    m = make(rules, 70);
+    CHECK(scan_text(m, "{\"a\":5}\n{\"a\":1}\n", &opts, &recorder, &counts) == 0);
+    CHECK_STR(seen, "1:0,1,2..69(70) 2:1,3,5..69(35) ");
+    CHECK(counts.matched == 2 && counts.total == 2);
+    relay_matcher_free(m);
+}
+
+
+/* Lines longer than the buffer are skipped and reported; the next ones count. */
+static void
+test_long_lines(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
+    relay_matcher *m = make(rules, 1);
+    relay_match_scan_opts opts = {16, NOW, 32};
+    relay_match_scan_counts counts;
+    char text[512];
+
+    snprintf(text, sizeof(text),
+             "{\"a\":1}\n{\"a\":1,\"pad\":\"%0100d\"}\n{\"a\":1, \"b\":\"1234567\"}\n{\"a\":1}\n"
+             "{\"pad\":\"%0200d\"}",
+             0, 0);
+    CHECK(scan_text(m, text, &opts, &recorder, &counts) == 0);
+    CHECK_STR(seen, "1:0 2!event too large (116 bytes > 16) 3!event too large (22 bytes > 16) 4:0 "
+                    "5!event too large (210 bytes > 16) ");
+    CHECK(counts.matched == 2 && counts.total == 5);
+    relay_matcher_free(m);
+}
+
+
+static void
+test_sinks(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_matcher *m = make(rules, 1);
+    relay_match_scan_opts opts = {1 << 20, NOW, 0};
+    relay_match_scan_counts counts;
+
+    CHECK(scan_text(m, "{\"a\":1}\nx\n{\"a\":1}\n", &opts, &count_only, &counts) == 0);
+    CHECK_STR(seen, "");
+    CHECK(counts.matched == 2 && counts.total == 3);
+
+    /* A callback returning nonzero stops the scan after that line. */
+    stop_at_line = 2;
+    CHECK(scan_text(m, "{\"a\":1}\n{\"a\":1}\n{\"a\":1}\n", &opts, &recorder, &counts) == RELAY_MATCH_SCAN_STOPPED);
+    CHECK_STR(seen, "1:0 2:0 ");
+    CHECK(counts.matched == 2 && counts.total == 2);
+    stop_at_line = 0;
+    relay_matcher_free(m);
+}
+
+
+static void
+test_read_error(void)
+{
+    relay_matcher *m = make(NULL, 0);
+    relay_match_scan_opts opts = {1 << 20, NOW, 0};
+    relay_match_scan_counts counts;
+    FILE *dir = fopen("/", "r");
+    char err[128];
+
+    CHECK(dir != NULL);
+    if (dir != NULL) {
+        CHECK(relay_match_scan(m, dir, &opts, &recorder, &counts, err, sizeof(err)) == -1);
+        CHECK_STR(err, "read error: Is a directory");
+        fclose(dir);
+    }
+    relay_matcher_free(m);
+}
+
+
+int
+main(void)
+{
+    test_lines();
+    test_many_ids();
+    test_long_lines();
+    test_sinks();
+    test_read_error();
+    CHECK_DONE();
+}
