@@ -1,7 +1,14 @@
 --- Dispatch of one delivered message: its invocations run one at a time in
 -- dispatch order; each is claimed (TryStart), run in its container and its
 -- outcome recorded by a token-fenced script; the message is acknowledged
--- only when every invocation is terminal (events.md).
+-- only when every invocation is terminal.
+--
+-- Everything it needs comes in one context, and it writes into none of it
+-- but through the parts' own calls:
+--   ctx = { lifecycle (relay.lifecycle), runtime (relay.runtime context),
+--           registry (relay.registry), slots (relay.slots),
+--           reporter (relay.observe's funnel), shutdown (relay.shutdown),
+--           constants (relay.constants) }
 local invoke = require("relay.runtime.invoke")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
@@ -15,15 +22,15 @@ local LOST = "worker lost during attempt"
 
 
 --- Retries fn until Redis accepts the write: an outcome that happened must
--- be recorded, however long Redis is away (RELIABILITY.md scenario 6).
-local function persist(w, what, fn)
+-- be recorded, however long Redis is away.
+local function persist(ctx, what, fn)
     local delay = 0.1
     while true do
         local value, err = fn()
         if value ~= nil then
             return value
         end
-        if w.killed then
+        if ctx.shutdown.forced then
             return nil, err
         end
         log.warn("cannot record " .. what .. "; retrying", { error = err })
@@ -52,132 +59,129 @@ local function output_tail()
 end
 
 
-local function acquire_slots(w, app)
-    local wait_s = w.constants.slot_wait_ms / 1000
-    local started = loop.monotonic()
-    if not w.slots.acquire(wait_s) then
-        return false
-    end
-    local app_slots = w:app_slots(app)
-    local left = math.max(0, wait_s - (loop.monotonic() - started))
-    if not app_slots.acquire(left) then
-        w.slots.release()
-        return false
-    end
-    return true
-end
-
-
-local function release_slots(w, app)
-    w:app_slots(app).release()
-    w.slots.release()
-end
-
-
-local function execute(w, msg, inv, attempt)
+local function execute(ctx, msg, inv, attempt)
     local tail = output_tail()
-    local ctx = { app = inv.app, handler = inv.handler, message_id = msg.id, attempt = attempt }
-    local key = {}
+    local line_ctx = { app = inv.app, handler = inv.handler, message_id = msg.id, attempt = attempt }
+    local untrack = function() end
     local outcome = invoke.run({
-        rt = w.rt, app = inv.app_table, entry = inv.entry, trigger = msg.trigger or "event",
+        rt = ctx.runtime, app = inv.app_table, entry = inv.entry, trigger = msg.trigger or "event",
         message_id = msg.id, attempt = attempt, stdin = msg.stdin or msg.event,
         on_line = function(stream, line)
-            log.handler_line(ctx, stream, line)
+            log.handler_line(line_ctx, stream, line)
             if stream == "stderr" then
                 tail.add(line)
             end
         end,
-        on_start = function(handle) w.running[key] = handle end,
+        on_start = function(handle) untrack = ctx.slots:track(handle) end,
     })
-    w.running[key] = nil
+    untrack()
     outcome.output = tail.text()
     return outcome
 end
 
 
-local function record_outcome(w, msg, inv, token, attempt, outcome)
+local function record_outcome(ctx, msg, inv, token, attempt, outcome)
+    local life, report = ctx.lifecycle, ctx.reporter
     if outcome.ok then
-        local r = persist(w, "a success", function() return w.life:succeed(msg, inv, token, attempt) end)
-        w.metrics.attempt(inv, "succeeded", outcome, msg, attempt)
+        local r = persist(ctx, "a success", function() return life:succeed(msg, inv, token, attempt) end)
+        report.attempt(inv, "succeeded", outcome, msg, attempt)
         if r == "stale" then
-            w.metrics.inc("relay_stale_token_writes_total")
+            report.inc("relay_stale_token_writes_total")
             return "pending"
         end
         return "terminal"
     end
-    local r = persist(w, "a failure", function()
-        return w.life:fail(msg, inv, token, attempt, outcome.reason, outcome.output)
+    local r = persist(ctx, "a failure", function()
+        return life:fail(msg, inv, token, attempt, outcome.reason, outcome.output)
     end)
-    w.metrics.attempt(inv, outcome.timed_out and "timeout" or "failed", outcome, msg, attempt)
+    report.attempt(inv, outcome.timed_out and "timeout" or "failed", outcome, msg, attempt)
     if not r or r[1] == "stale" then
-        w.metrics.inc("relay_stale_token_writes_total")
+        report.inc("relay_stale_token_writes_total")
         return "pending"
     end
     if r[1] == "exhausted" then
-        w.metrics.dlq(inv, msg, outcome.reason, attempt, r[2])
+        report.dlq(inv, msg, outcome.reason, attempt, r[2])
         return "terminal"
     end
     return "waiting", r[2]
 end
 
 
---- Runs one invocation if it is runnable now.
--- @return "terminal" | "pending" | "waiting", wait_ms | "infra", err
-local function run_invocation(w, msg, inv)
-    if w.stopping or w.registry:blocked(inv.app) then
-        return "pending"
+--- What a TryStart that started nothing means for the message: a lost
+-- attempt is reported (and dead-lettered when it was the last one).
+local function not_started(ctx, msg, inv, r)
+    local report = ctx.reporter
+    if r[1] == "exhausted" then
+        report.attempt(inv, "lost", { reason = LOST }, msg, r[2])
+        report.dlq(inv, msg, LOST, r[2])
+        return "terminal"
     end
-    if not acquire_slots(w, inv.app_table) then
-        -- Blocked on a slot: not charged; try again here after another slot
-        -- wait rather than leaving it to the reclaim sweep alone.
-        return "waiting", w.constants.slot_wait_ms
+    local why = r[2]
+    if why == "lost" then
+        report.attempt(inv, "lost", { reason = LOST }, msg, r[4])
     end
-    local token = w.life:token()
-    local r, err = w.life:try_start(msg, inv, token)
-    if not r or r[1] ~= "start" or w.stopping then
-        release_slots(w, inv.app_table)
-        if not r then
-            return "infra", err
-        elseif r[1] == "start" then  -- stopping began while claiming: give it back
-            persist(w, "a release", function() return w.life:release(msg, inv, token, r[2], r[3]) end)
-            return "pending"
-        elseif r[1] == "exhausted" then
-            w.metrics.attempt(inv, "lost", { reason = LOST }, msg, r[2])
-            w.metrics.dlq(inv, msg, LOST, r[2])
-            return "terminal"
-        end
-        if r[2] == "lost" then
-            w.metrics.attempt(inv, "lost", { reason = LOST }, msg, r[4])
-        end
-        local why = r[2]
-        if why == "terminal" or why == "retained" then
-            return "terminal"
-        end
-        return (why == "waiting" or why == "lost") and "waiting" or "pending", r[3]
+    if why == "terminal" or why == "retained" then
+        return "terminal"
     end
-    local attempt, previous = r[2], r[3]
-    w.active = w.active + 1
-    local outcome = execute(w, msg, inv, attempt)
-    release_slots(w, inv.app_table)
+    return (why == "waiting" or why == "lost") and "waiting" or "pending", r[3]
+end
+
+
+--- Runs a claimed attempt in its container and records what happened.
+-- release gives the slots back as soon as the container is gone.
+local function run_claimed(ctx, msg, inv, claim, release)
+    local leave = ctx.slots:enter()
+    local outcome = execute(ctx, msg, inv, claim.attempt)
+    release()
     local status, extra
-    if w.exit_code then
-        -- killed by a second signal: not the handler's outcome; the running
-        -- marker stays for recovery (relay.md section 6, `relay run`), where
-        -- it counts as a lost attempt (spec-worker fix: it was recorded as a
-        -- timeout failure)
+    if ctx.shutdown.forced then
+        -- Killed by a second signal: not the handler's outcome. The running
+        -- marker stays, and the next start counts it as a lost attempt
+        -- rather than a timeout the handler never had.
         status = "pending"
     elseif outcome.host_failure then
         log.warn("host could not start the container; the attempt is not charged",
             { app = inv.app, handler = inv.handler, message_id = msg.id, reason = outcome.reason })
-        w.metrics.inc("relay_start_failures_total", { app = inv.app })
-        persist(w, "a release", function() return w.life:release(msg, inv, token, attempt, previous) end)
+        ctx.reporter.inc("relay_start_failures_total", { app = inv.app })
+        persist(ctx, "a release", function()
+            return ctx.lifecycle:release(msg, inv, claim.token, claim.attempt, claim.previous)
+        end)
         status = "pending"
     else
-        status, extra = record_outcome(w, msg, inv, token, attempt, outcome)
+        status, extra = record_outcome(ctx, msg, inv, claim.token, claim.attempt, outcome)
     end
-    w.active = w.active - 1
-    w.idle_event()
+    leave()
     return status, extra
+end
+
+
+--- Runs one invocation if it is runnable now.
+-- @return "terminal" | "pending" | "waiting", wait_ms | "infra", err
+local function run_invocation(ctx, msg, inv)
+    if ctx.shutdown.draining or ctx.registry:blocked(inv.app) then
+        return "pending"
+    end
+    local release = ctx.slots:acquire(inv.app, ctx.constants.slot_wait_ms / 1000)
+    if not release then
+        -- Blocked on a slot: not charged; try again here after another slot
+        -- wait rather than leaving it to the reclaim sweep alone.
+        return "waiting", ctx.constants.slot_wait_ms
+    end
+    local life = ctx.lifecycle
+    local token = life:token()
+    local r, err = life:try_start(msg, inv, token)
+    if not r or r[1] ~= "start" or ctx.shutdown.draining then
+        release()
+    end
+    if not r then
+        return "infra", err
+    elseif r[1] ~= "start" then
+        return not_started(ctx, msg, inv, r)
+    elseif ctx.shutdown.draining then  -- draining began while claiming: give the claim back
+        persist(ctx, "a release", function() return life:release(msg, inv, token, r[2], r[3]) end)
+        return "pending"
+    end
+    return run_claimed(ctx, msg, inv, { token = token, attempt = r[2], previous = r[3] }, release)
 end
 
 
@@ -185,8 +189,8 @@ end
 -- under `schedules:` runs from its schedule's occurrence (msg.entries), never
 -- from an event or a relay_target, which would hand it input its schedule
 -- never sends.
-local function event_entry(w, app_name, handler)
-    local entry, app = w.registry:handler(app_name, handler)
+local function event_entry(registry, app_name, handler)
+    local entry, app = registry:handler(app_name, handler)
     for _, ev in ipairs(entry and app.events or {}) do
         if ev == entry then
             return entry, app
@@ -197,12 +201,12 @@ end
 
 
 --- The invocation record for a label, or nil plus "removed" / "unavailable".
-local function invocation_for(w, label, msg)
+local function invocation_for(ctx, label, msg)
     local app_name, handler = label:match("^(.-)/(.*)$")
     if not app_name then
         return nil, "removed"
     end
-    local entry, app = event_entry(w, app_name, handler)
+    local entry, app = event_entry(ctx.registry, app_name, handler)
     local forced = msg and msg.entries and msg.entries[label]
     if forced then
         entry = forced  -- a schedule's own entry (its timeout and retries)
@@ -213,26 +217,26 @@ local function invocation_for(w, label, msg)
     end
     return {
         label = label, app = app_name, handler = handler, app_table = app, entry = entry,
-        timeout_ms = entry.timeout_ms, max_attempts = (entry.retries or w.constants.default_retries) + 1,
+        timeout_ms = entry.timeout_ms, max_attempts = (entry.retries or ctx.constants.default_retries) + 1,
     }
 end
 
 
-local function run_labels(w, msg, labels, ran)
+local function run_labels(ctx, msg, labels, ran)
     local retry_in
     for _, label in ipairs(labels) do
         if not ran[label] then
             ran[label] = true
             ran[#ran + 1] = label
-            local inv, why = invocation_for(w, label, msg)
+            local inv, why = invocation_for(ctx, label, msg)
             local status, extra
             if inv then
-                status, extra = run_invocation(w, msg, inv)
+                status, extra = run_invocation(ctx, msg, inv)
             elseif why == "removed" then
-                local r, err = w.life:exhaust(msg, label, "handler removed")
+                local r, err = ctx.lifecycle:exhaust(msg, label, "handler removed")
                 status, extra = r and "terminal" or "infra", err
                 if r == "exhausted" then
-                    w.metrics.dlq({ app = label:match("^(.-)/"), handler = label:match("/(.*)$") }, msg,
+                    ctx.reporter.dlq({ app = label:match("^(.-)/"), handler = label:match("/(.*)$") }, msg,
                         "handler removed")
                 end
             end
@@ -247,24 +251,25 @@ local function run_labels(w, msg, labels, ran)
 end
 
 
---- Resolves a schedule occurrence to its configured handler (events.md:
--- separate dispatch path, no matching). Returns "acked" for an obsolete
--- occurrence, "pending" while its app is unavailable, or nil to go on.
-local function prepare_schedule(w, msg)
-    local sched, app = scheduler.resolve(w.registry, msg.schedule)
+--- Resolves a schedule occurrence to its configured handler (a separate
+-- dispatch path: a schedule entry is never matched against patterns).
+-- Returns "acked" for an obsolete occurrence, "pending" while its app is
+-- unavailable, or nil to go on.
+local function prepare_schedule(ctx, msg)
+    local sched, app = scheduler.resolve(ctx.registry, msg.schedule)
     if not sched then
         if app and app.state ~= "ok" then
             return "pending"
         end
-        local ok, err = w.life:ack_obsolete(msg)
+        local ok, err = ctx.lifecycle:ack_obsolete(msg)
         if not ok then
             return nil, err
         end
-        w.metrics.event("obsolete", msg)
+        ctx.reporter.event("obsolete", msg)
         log.info("obsolete schedule occurrence acknowledged", { message_id = msg.id, schedule = msg.schedule })
         return "acked"
     end
-    w.metrics.event("schedule", msg)
+    ctx.reporter.event("schedule", msg)
     local label = app.name .. "/" .. sched.handler
     msg.trigger = "schedule"
     msg.stdin = scheduler.payload(app.name, sched, msg.occurrence or "")
@@ -281,9 +286,9 @@ end
 --- Processes a matched, targeted or schedule message (or an unmatched one
 -- whose state still records invocations).
 -- @return "acked" | "pending", retry_in_ms | nil, err (infrastructure)
-function _M.process(w, msg)
+function _M.process(ctx, msg)
     if msg.kind == "schedule" then
-        local settled, err = prepare_schedule(w, msg)
+        local settled, err = prepare_schedule(ctx, msg)
         if settled == nil then
             return nil, err
         elseif settled then
@@ -291,24 +296,24 @@ function _M.process(w, msg)
         end
     end
     if msg.kind == "targeted" then
-        local inv, why = invocation_for(w, msg.target, msg)
+        local inv, why = invocation_for(ctx, msg.target, msg)
         if not inv and why == "removed" then
-            local id, err = w.life:dead_letter_message(msg, "replay target not found")
+            local id, err = ctx.lifecycle:dead_letter_message(msg, "replay target not found")
             if not id then
                 return nil, err
             end
-            w.metrics.dlq({ app = "-", handler = "-" }, msg, "replay target not found", 0, id)
+            ctx.reporter.dlq({ app = "-", handler = "-" }, msg, "replay target not found", 0, id)
             return "acked"
         end
     end
     local ran, labels, retry_in = {}, msg.labels or {}, nil
     for _ = 1, 3 do
-        local ok, extra = run_labels(w, msg, labels, ran)
+        local ok, extra = run_labels(ctx, msg, labels, ran)
         if not ok then
             return nil, extra
         end
         retry_in = extra or retry_in
-        local acked, open = w.life:ack_if_terminal(msg, ran)
+        local acked, open = ctx.lifecycle:ack_if_terminal(msg, ran)
         if acked == nil then
             return nil, open
         elseif acked then

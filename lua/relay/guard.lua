@@ -1,24 +1,18 @@
---- The consumer-name guard and the instance heartbeat (relay.md section 5):
--- two live daemons must never read as the same consumer, and other
--- replicas must be able to tell a live instance from a dead one.
+--- The consumer-name guard and the instance heartbeat: two live daemons
+-- must never read as the same consumer, and other replicas must be able to
+-- tell a live instance from a dead one.
+local config = require("relay.config")
 local exit = require("relay.exit")
 local fs = require("relay.fs")
+local keys = require("relay.keys")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local redis = require("relay.redis")
 local scripts = require("relay.scripts")
 
 local _M = {}
-
-
-local function hostname()
-    local f = io.open("/proc/sys/kernel/hostname", "r")
-    local name = f and f:read("*l") or "localhost"
-    if f then
-        f:close()
-    end
-    return name
-end
+local Guard = {}
+Guard.__index = Guard
 
 
 local function parse_holder(value)
@@ -32,47 +26,67 @@ local function pid_alive(pid)
 end
 
 
-local function try_claim(w, value, expected)
-    return redis.eval(w.client, scripts.claim_consumer, { w.keys.consumer(w.cfg.consumer) },
-        { value, w.constants.heartbeat_ttl_ms, expected or "" })
+--- parts: { client, stream, consumer, instance, constants, shutdown }. The
+-- heartbeat stops on release() or a forced shutdown.
+function _M.new(parts)
+    local self = setmetatable({}, Guard)
+    self.client = parts.client
+    self.keys = keys.for_stream(parts.stream)
+    self.consumer = parts.consumer
+    self.instance = parts.instance
+    self.constants = parts.constants
+    self.shutdown = parts.shutdown
+    self.released = false
+    return self
+end
+
+
+function Guard:try_claim(value, expected)
+    return redis.eval(self.client, scripts.claim_consumer, { self.keys.consumer(self.consumer) },
+        { value, self.constants.heartbeat_ttl_ms, expected or "" })
+end
+
+
+--- A dead holder's instance is dead too: saying so now makes its running
+-- markers count as lost at once instead of after the key's TTL.
+function Guard:forget_instance(holder)
+    local _, _, dead_instance = parse_holder(holder)
+    if dead_instance and dead_instance ~= "" then
+        self.client:call("DEL", self.keys.instance(dead_instance))
+    end
 end
 
 
 --- Claims the consumer name or exits 2 while another live process holds it.
 -- A dead holder on this host is taken over at once; a holder on another
 -- host once its key expires (waiting up to one TTL).
-function _M.claim(w)
-    local host = hostname()
-    local value = string.format("%s:%d:%s", host, loop.getpid(), w.instance)
-    local deadline = loop.monotonic() + w.constants.heartbeat_ttl_ms / 1000 + 1
+function Guard:claim()
+    local host = config.hostname()
+    local value = string.format("%s:%d:%s", host, loop.getpid(), self.instance)
+    local deadline = loop.monotonic() + self.constants.heartbeat_ttl_ms / 1000 + 1
     local expected = ""
     while true do
-        local reply, err = try_claim(w, value, expected)
+        local reply, err = self:try_claim(value, expected)
         if not reply then
-            exit.env("cannot claim consumer name " .. w.cfg.consumer .. ": " .. tostring(err))
+            exit.env("cannot claim consumer name " .. self.consumer .. ": " .. tostring(err))
         end
         if reply[1] == "ok" then
-            w.guard_value = value
+            self.value = value
             return
         end
         local holder = reply[2]
         local h_host, h_pid = parse_holder(holder)
         if h_host == host and h_pid and not pid_alive(h_pid) then
-            log.warn("taking over the consumer name from a dead process", { consumer = w.cfg.consumer,
+            log.warn("taking over the consumer name from a dead process", { consumer = self.consumer,
                 holder = holder })
             expected = holder
-            -- Its instance is dead too: say so now, so that its running
-            -- markers count as lost at once instead of after the key's TTL.
-            local _, _, dead_instance = parse_holder(holder)
-            if dead_instance and dead_instance ~= "" then
-                w.client:call("DEL", w.keys.instance(dead_instance))
-            end
+            self:forget_instance(holder)
         elseif h_host == host then
             exit.env(string.format("consumer name %s is held by a live relay (pid %d); set RELAY_CONSUMER",
-                w.cfg.consumer, h_pid or -1))
+                self.consumer, h_pid or -1))
         elseif loop.monotonic() > deadline then
             exit.env(string.format("consumer name %s is held by a live relay on %s; set RELAY_CONSUMER",
-                w.cfg.consumer, tostring(h_host)))
+                self.consumer, tostring(h_host)))
         else
             expected = ""
             loop.sleep(0.5)
@@ -81,36 +95,35 @@ function _M.claim(w)
 end
 
 
---- Refreshes the instance and consumer keys every heartbeat period.
-function _M.start_heartbeat(w)
-    local function beat()
-        local ok, err = redis.eval(w.client, scripts.heartbeat,
-            { w.keys.instance(w.instance), w.keys.consumer(w.cfg.consumer) },
-            { w.guard_value, w.constants.heartbeat_ttl_ms })
-        if ok == nil then
-            log.warn("heartbeat failed", { error = err })
-        elseif ok == 0 then
-            log.error("another process took over this consumer name", { consumer = w.cfg.consumer })
-        end
+function Guard:beat()
+    local ok, err = redis.eval(self.client, scripts.heartbeat,
+        { self.keys.instance(self.instance), self.keys.consumer(self.consumer) },
+        { self.value, self.constants.heartbeat_ttl_ms })
+    if ok == nil then
+        log.warn("heartbeat failed", { error = err })
+    elseif ok == 0 then
+        log.error("another process took over this consumer name", { consumer = self.consumer })
     end
-    beat()
+end
+
+
+--- Refreshes the instance and consumer keys every heartbeat period.
+function Guard:start_heartbeat()
+    self:beat()
     loop.spawn(function()
-        while not w.killed do
-            loop.sleep(w.constants.heartbeat_every_ms / 1000)
-            beat()
+        while not (self.released or self.shutdown.forced) do
+            loop.sleep(self.constants.heartbeat_every_ms / 1000)
+            self:beat()
         end
     end)
 end
 
 
 --- Gives the consumer name and instance key up on a clean stop.
-function _M.release(w)
-    w.killed = true
-    redis.eval(w.client, [[
-        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-        redis.call('DEL', KEYS[2])
-        return 1
-    ]], { w.keys.consumer(w.cfg.consumer), w.keys.instance(w.instance) }, { w.guard_value })
+function Guard:release()
+    self.released = true
+    redis.eval(self.client, scripts.release_consumer,
+        { self.keys.consumer(self.consumer), self.keys.instance(self.instance) }, { self.value })
 end
 
 

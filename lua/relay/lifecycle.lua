@@ -25,8 +25,8 @@ function _M.new(ctx)
     self.instance = ctx.instance
     self.c = ctx.constants or constants
     self.keys = keys.for_stream(ctx.stream)
-    self.inv_prefix = "relay:" .. ctx.stream .. ":inv:"
-    self.instance_prefix = "relay:" .. ctx.stream .. ":instance:"
+    self.inv_prefix = self.keys.inv_prefix
+    self.instance_prefix = self.keys.instance_prefix
     self.backoff_csv = table.concat(self.c.backoff_ms, ",")
     self.seq = 0
     return self

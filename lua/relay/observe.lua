@@ -1,12 +1,13 @@
---- The daemon's observability (relay.md sections 8 and 9): one funnel that
--- every outcome is reported through (w.metrics.*: the Prometheus registry
--- plus the user hooks), the hooks file, and the /metrics + /healthz responder
--- served by the daemon's own loop on RELAY_METRICS_ADDR.
+--- The daemon's observability: the observer owns the metrics registry
+-- (every counter and every gauge), the hooks file, and the /metrics +
+-- /healthz responder served by the daemon's own loop on RELAY_METRICS_ADDR.
+-- Every outcome is reported through one funnel, obs.report (the Prometheus
+-- registry plus the user hooks):
 --
---   w.metrics.event(outcome, msg)                        on_event
---   w.metrics.attempt(inv, outcome, result, msg, attempt) on_attempt
---   w.metrics.dlq(inv, msg, reason, attempts, dlq_id)     on_dlq
---   w.metrics.inc(name, labels, by)
+--   report.event(outcome, msg)                        on_event
+--   report.attempt(inv, outcome, result, msg, attempt) on_attempt
+--   report.dlq(inv, msg, reason, attempts, dlq_id)     on_dlq
+--   report.inc(name, labels, by)
 --
 -- The trailing arguments only feed the hooks; a call site without them
 -- still counts correctly. Hook arguments are fresh tables each call.
@@ -34,9 +35,9 @@ local function list_copy(list)
 end
 
 
---- The reporting funnel for worker w (w.metrics).
-function _M.helpers(w)
-    local reg = w.metrics_registry
+--- The reporting funnel over obs.metrics_registry and obs.hooks.
+function _M.reporter(obs)
+    local reg = obs.metrics_registry
     for _, outcome in ipairs(_M.EVENT_OUTCOMES) do
         reg:inc("relay_events_total", { outcome = outcome }, 0)  -- every outcome visible from the start
     end
@@ -50,7 +51,7 @@ function _M.helpers(w)
     end
     function m.event(outcome, msg)
         reg:inc_key("relay_events_total", event_keys[outcome])
-        local h = w.hooks and w.hooks.on_event
+        local h = obs.hooks and obs.hooks.on_event
         if h and msg then
             h({ id = msg.id, outcome = outcome, matches = list_copy(msg.labels) })
         end
@@ -62,7 +63,7 @@ function _M.helpers(w)
             reg:observe("relay_attempt_duration_seconds", result.duration_ms / 1000,
                 { app = inv.app, handler = inv.handler })
         end
-        local h = w.hooks and w.hooks.on_attempt
+        local h = obs.hooks and obs.hooks.on_attempt
         if h then
             h({
                 app = inv.app, handler = inv.handler, message_id = msg and msg.id, attempt = attempt,
@@ -73,7 +74,7 @@ function _M.helpers(w)
     end
     function m.dlq(inv, msg, reason, attempts, dlq_id)
         reg:inc("relay_dlq_entries_total", { app = inv.app, handler = inv.handler })
-        local h = w.hooks and w.hooks.on_dlq
+        local h = obs.hooks and obs.hooks.on_dlq
         if h then
             h({
                 id = type(dlq_id) == "string" and dlq_id or nil, app = inv.app, handler = inv.handler,
@@ -87,99 +88,104 @@ end
 
 --- Health: Redis connected (the command client) and the task scheduler
 -- ticking. @return ok, reason
-function _M.health(w)
-    if not (w.client and w.client:connected()) then
+function _M.health(obs)
+    if not (obs.client and obs.client:connected()) then
         return false, "redis disconnected"
     end
-    if loop.monotonic() - (w.loop_tick or 0) > STALL_S then
+    if loop.monotonic() - (obs.loop_tick or 0) > STALL_S then
         return false, "event loop stalled"
     end
     return true, "ok"
 end
 
 
-local function refresh_gauges(w)
-    local reg = w.metrics_registry
-    reg:set("relay_running_invocations", w.active or 0)
-    if w.client and w.reader then
-        reg:set("relay_redis_reconnects_total", w.client:info().reconnects + w.reader:info().reconnects)
+--- The gauges are read from their sources when /metrics is asked for, so
+-- they are never stale and nothing else has to keep them up to date.
+local function refresh_gauges(obs)
+    local reg = obs.metrics_registry
+    reg:set("relay_running_invocations", obs.slots and obs.slots.running or 0)
+    if obs.client and obs.reader then
+        reg:set("relay_redis_reconnects_total", obs.client:info().reconnects + obs.reader:info().reconnects)
     end
 end
 
 
 --- The HTTP handler: runs on the loop outside any task, must not wait.
-function _M.respond(w, method, path)
+function _M.respond(obs, method, path)
     if method ~= "GET" then
         return 405, TEXT_TYPE, "method not allowed\n"
     end
     if path == "/metrics" then
-        refresh_gauges(w)
-        return 200, _M.PROMETHEUS_TYPE, w.metrics_registry:render()
+        refresh_gauges(obs)
+        return 200, _M.PROMETHEUS_TYPE, obs.metrics_registry:render()
     elseif path == "/healthz" then
-        local ok, why = _M.health(w)
+        local ok, why = _M.health(obs)
         return ok and 200 or 503, TEXT_TYPE, why .. "\n"
     end
     return 404, TEXT_TYPE, "not found (try /metrics or /healthz)\n"
 end
 
 
-local function load_hooks(w)
-    w.hooks = {}
-    if not w.cfg.hooks then
-        return
+local function load_hooks(path)
+    if not path then
+        return {}
     end
-    local hooks, err = hooks_mod.load(w.cfg.hooks)
+    local hooks, err = hooks_mod.load(path)
     if not hooks then
         exit.env("RELAY_HOOKS: " .. tostring(err))
     end
-    w.hooks = hooks
     hooks_mod.install_log_hook(hooks)
-    log.info("hooks loaded", { path = w.cfg.hooks, hooks = table.concat(hooks.names, ",") })
+    log.info("hooks loaded", { path = path, hooks = table.concat(hooks.names, ",") })
+    return hooks
 end
 
 
-local function listen(w)
-    local addr = w.cfg.metrics_addr
+local function listen(obs, addr)
     if not addr then
-        return
+        return nil
     end
     local http = require("relay.core.http")
     local server, err = http.listen(addr.host, addr.port, function(method, path)
-        return _M.respond(w, method, path)
+        return _M.respond(obs, method, path)
     end)
     if not server then
         exit.env("RELAY_METRICS_ADDR=" .. addr.text .. ": " .. tostring(err))
     end
-    w.http_server = server
     log.info("serving metrics", { addr = addr.text, port = server:port(), paths = "/metrics,/healthz" })
+    return server
 end
 
 
 --- Before Redis: loads the hooks and binds the metrics address, so a bad
 -- RELAY_HOOKS or RELAY_METRICS_ADDR fails the start at once (exit 2).
-function _M.attach(w)
-    w.loop_tick = loop.monotonic()
-    load_hooks(w)
-    listen(w)
+-- cfg: { hooks, metrics_addr }. The gauges' sources come with watch().
+function _M.new(cfg)
+    local obs = { metrics_registry = metrics.new(), loop_tick = loop.monotonic() }
+    obs.hooks = load_hooks(cfg.hooks)
+    obs.report = _M.reporter(obs)
+    obs.http_server = listen(obs, cfg.metrics_addr)  -- kept here: the server lives as long as the observer
+    return obs
+end
+
+
+--- Where the gauges and /healthz read from: { client, reader, slots }.
+function _M.watch(obs, sources)
+    obs.client, obs.reader, obs.slots = sources.client, sources.reader, sources.slots
 end
 
 
 --- Once the daemon runs: the scheduler tick /healthz watches, and on_start.
-function _M.start(w)
+-- started: { stream, group, consumer, instance, apps = {names} }.
+function _M.start(obs, started)
     loop.spawn(function()
         while true do
-            w.loop_tick = loop.monotonic()
+            obs.loop_tick = loop.monotonic()
             loop.sleep(TICK_S)
         end
     end)
-    local h = w.hooks and w.hooks.on_start
+    local h = obs.hooks.on_start
     if h then
-        local apps = {}
-        for i, app in ipairs(w.registry and w.registry.list or {}) do
-            apps[i] = app.name
-        end
-        h({ stream = w.cfg.stream, group = w.cfg.group, consumer = w.cfg.consumer, instance = w.instance,
-            apps = apps })
+        h(started)
     end
 end
 

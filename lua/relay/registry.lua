@@ -1,7 +1,7 @@
 --- The daemon's view of its apps: the last good version of each, the one
 -- matcher compiled over all of them, which apps can run on this host and
 -- which are paused fleet-wide. Reloads keep the last good version of an app
--- whose new template is invalid (relay.md section 2).
+-- whose new template is invalid.
 local apps = require("relay.apps")
 local fs = require("relay.fs")
 local log = require("relay.log")
@@ -135,8 +135,10 @@ function Registry:blocked(app_name)
 end
 
 
---- min(app concurrency, MAX_CONCURRENCY).
-function Registry:effective_concurrency(app)
+--- min(app concurrency, MAX_CONCURRENCY) of a loaded app; MAX_CONCURRENCY
+-- for a name no longer loaded (its running invocations may still finish).
+function Registry:effective_concurrency(app_name)
+    local app = self.by_name[app_name] or {}
     return math.min(app.concurrency or self.max_concurrency, self.max_concurrency)
 end
 

@@ -1,11 +1,12 @@
---- Schedules (relay.md section 4): every replica runs this tick; the atomic
--- publish script makes each occurrence appear on the stream exactly once,
--- recorded as trusted so that its relay_schedule field is honoured.
+--- Schedules: every replica runs this tick; the atomic publish script makes
+-- each occurrence appear on the stream exactly once, recorded as trusted so
+-- that its relay_schedule field is honoured.
 -- The dispatch side (an entry with relay_schedule) lives in relay.dispatch.
 local cron = require("relay.cron")
 local keys = require("relay.keys")
 local log = require("relay.log")
 local redis = require("relay.redis")
+local rfc3339 = require("relay.rfc3339")
 local scripts = require("relay.scripts")
 
 local _M = {}
@@ -55,32 +56,44 @@ local function redis_now_ms(client)
 end
 
 
---- One tick: publishes every due occurrence of every runnable app.
--- state caches the last occurrence handled per schedule to skip the script.
-function _M.tick(w, state)
-    local now, err = redis_now_ms(w.client)
-    if not now then
-        log.warn("scheduler: cannot read Redis TIME", { error = err })
+--- Publishes one schedule's latest occurrence unless last already holds it.
+local function publish_latest(parts, app, sched, now, last)
+    local id = app.name .. "/" .. sched.name
+    local latest = _M.occurrences(sched, now)
+    if not latest or last[id] == latest then
         return
     end
-    local k = keys.for_stream(w.cfg.stream)
-    for _, app in ipairs(w.registry.list) do
-        if app.state == "ok" and not w.registry:blocked(app.name) then
-            for _, sched in ipairs(app.schedules or {}) do
-                local id = app.name .. "/" .. sched.name
-                local latest = _M.occurrences(sched, now)
-                if latest and state[id] ~= latest then
-                    local text = cron.rfc3339(latest)
-                    local r, perr = redis.eval(w.client, scripts.publish_occurrence,
-                        { k.sched(app.name, sched.name), w.cfg.stream, k.trusted }, { latest, id, text })
-                    if r == nil then
-                        log.warn("scheduler: cannot publish", { schedule = id, error = perr })
-                    else
-                        state[id] = latest
-                        if r ~= "initialized" and r ~= "published" and r ~= "not-due" then
-                            log.info("schedule occurrence published", { schedule = id, occurrence = text, id = r })
-                        end
-                    end
+    local text = rfc3339.seconds(latest)
+    local r, err = redis.eval(parts.client, scripts.publish_occurrence,
+        { parts.keys.sched(app.name, sched.name), parts.stream, parts.keys.trusted }, { latest, id, text })
+    if r == nil then
+        log.warn("scheduler: cannot publish", { schedule = id, error = err })
+        return
+    end
+    last[id] = latest
+    if r ~= "initialized" and r ~= "published" and r ~= "not-due" then
+        log.info("schedule occurrence published", { schedule = id, occurrence = text, id = r })
+    end
+end
+
+
+--- The daemon's tick: a function that publishes every due occurrence of
+-- every runnable app. parts: { client, stream, registry }. The tick
+-- remembers the last occurrence handled per schedule to skip the script.
+function _M.ticker(parts)
+    parts = { client = parts.client, stream = parts.stream, registry = parts.registry,
+        keys = keys.for_stream(parts.stream) }
+    local last = {}
+    return function()
+        local now, err = redis_now_ms(parts.client)
+        if not now then
+            log.warn("scheduler: cannot read Redis TIME", { error = err })
+            return
+        end
+        for _, app in ipairs(parts.registry.list) do
+            if app.state == "ok" and not parts.registry:blocked(app.name) then
+                for _, sched in ipairs(app.schedules or {}) do
+                    publish_latest(parts, app, sched, now, last)
                 end
             end
         end

@@ -14,30 +14,16 @@
 -- id in relay:<stream>:trusted in the same script, so no reader can see the
 -- entry without its record; producers, allowed only XADD on the stream,
 -- cannot write that key (README, Redis ACLs).
+local rfc3339 = require("relay.rfc3339")
+
 local _M = {}
 
--- Shared helpers, prepended to every script.
-local PRELUDE = [==[
+-- Shared helpers, prepended to every script; rfc3339(ms) is relay.rfc3339's
+-- writer, so a dead letter's timestamp reads like every other.
+local PRELUDE = rfc3339.SOURCE .. [==[
 local function now_ms()
     local t = redis.call('TIME')
     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function rfc3339(ms)
-    local secs = math.floor(ms / 1000)
-    local days = math.floor(secs / 86400)
-    local rem = secs - days * 86400
-    local z = days + 719468
-    local era = math.floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-    local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-    local mp = math.floor((5 * doy + 2) / 153)
-    local d = doy - math.floor((153 * mp + 2) / 5) + 1
-    local m = mp < 10 and mp + 3 or mp - 9
-    local y = yoe + era * 400 + (m <= 2 and 1 or 0)
-    return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d, math.floor(rem / 3600),
-        math.floor((rem % 3600) / 60), rem % 60, ms % 1000)
 end
 
 local function parse_marker(marker)
@@ -529,6 +515,17 @@ if (current or '') ~= ARGV[3] and current ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {'ok'}
+]==]
+
+
+--- Gives the consumer name up (if still ours) and deletes the instance key:
+-- a clean stop. KEYS: consumer key, instance key. ARGV: value. Returns 1.
+_M.release_consumer = [==[
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+end
+redis.call('DEL', KEYS[2])
+return 1
 ]==]
 
 

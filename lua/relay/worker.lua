@@ -1,6 +1,16 @@
---- The daemon (`relay run`): reads the stream with the consumer group,
--- classifies every entry, dispatches matched ones, reclaims stuck ones,
--- trims old acknowledged ones, and drains on SIGTERM/SIGINT.
+--- The daemon (`relay run`): its loops. It reads the stream with the
+-- consumer group, classifies every entry and hands matched ones to
+-- relay.dispatch, reclaims stuck ones, keeps the apps and the pause set
+-- fresh, trims old acknowledged ones, ticks the schedules, and drains on
+-- SIGTERM/SIGINT. The parts it wires together, each passed explicitly:
+--   shutdown  (relay.shutdown)  draining / forced / exit code
+--   obs       (relay.observe)   metrics, hooks, /metrics; obs.report is the funnel
+--   slots     (relay.slots)     global and per-app permits, running invocations
+--   life      (relay.lifecycle) the invocation scripts
+--   guard     (relay.guard)     the consumer name and the heartbeat
+--   registry  (relay.registry)  the loaded apps
+-- One event walks worker -> classify -> dispatch -> invoke -> proc; dispatch
+-- gets a context of these parts and never calls back into the worker.
 local classify = require("relay.classify")
 local constants = require("relay.constants")
 local dispatch = require("relay.dispatch")
@@ -11,13 +21,14 @@ local lifecycle = require("relay.lifecycle")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local matcher_core = require("relay.core.matcher")
-local metrics = require("relay.metrics")
 local observe = require("relay.observe")
 local redis = require("relay.redis")
 local registry = require("relay.registry")
 local runtime = require("relay.runtime")
 local scheduler = require("relay.scheduler")
 local scripts = require("relay.scripts")
+local shutdown_mod = require("relay.shutdown")
+local slots_mod = require("relay.slots")
 local sync = require("relay.sync")
 
 local _M = {}
@@ -43,47 +54,29 @@ local function random_instance_id()
 end
 
 
+--- The parts that need no Redis, before anything is loaded; the observer
+-- first, so a bad RELAY_HOOKS or RELAY_METRICS_ADDR fails the start at once.
 local function new_worker(cfg, c)
     local self = setmetatable({}, Worker)
     self.cfg = cfg
     self.constants = c
     self.keys = keys.for_stream(cfg.stream)
     self.instance = random_instance_id()
-    self.metrics_registry = metrics.new()
-    self.slots = sync.semaphore(cfg.max_concurrency)
-    self.per_app_slots = {}
+    self.shutdown = shutdown_mod.new()
+    self.obs = observe.new(cfg)
+    self.report = self.obs.report
+    self.rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
+        consumer = cfg.consumer })
+    local apps = registry.new({ apps_dir = cfg.apps, runtime = self.rt, max_concurrency = cfg.max_concurrency })
+    self.registry = apps
+    self.slots = slots_mod.new({ max = cfg.max_concurrency,
+        limit_of = function(app_name) return apps:effective_concurrency(app_name) end })
     self.message_slots = sync.semaphore(math.max(16, 4 * cfg.max_concurrency))
     self.settlers = sync.semaphore(SETTLERS)
     self.inflight = {}
     self.local_retries = 0
-    self.running = {}
-    self.active = 0
     self.busy = 0
-    self.stopping = false
-    self.killed = false
-    self.stopped = sync.event()
-    self.idle_event = function() end
-    self:init_metric_helpers()
     return self
-end
-
-
---- w.metrics: counts every outcome and feeds the hooks (relay.observe).
-function Worker:init_metric_helpers()
-    self.metrics = observe.helpers(self)
-end
-
-
---- The per-app semaphore, sized to the app's effective concurrency.
-function Worker:app_slots(app)
-    local sem = self.per_app_slots[app.name]
-    local size = self.registry:effective_concurrency(app)
-    if not sem or sem.size ~= size then
-        sem = sync.semaphore(size)
-        sem.size = size
-        self.per_app_slots[app.name] = sem
-    end
-    return sem
 end
 
 
@@ -100,7 +93,7 @@ function Worker:spawn_message(msg)
     self.inflight[msg.id] = true
     loop.spawn(function()
         self.busy = self.busy + 1
-        local ok, result, extra = xpcall(dispatch.process, debug.traceback, self, msg)
+        local ok, result, extra = xpcall(dispatch.process, debug.traceback, self.dispatch_ctx, msg)
         self.busy = self.busy - 1
         self.message_slots.release()
         if not ok then
@@ -121,7 +114,7 @@ end
 --- Runs a pending message again when its earliest retry is due, rather
 -- than waiting for the reclaim sweep; reclaim remains the backstop.
 function Worker:schedule_local_retry(msg, retry_in_ms)
-    if not retry_in_ms or self.stopping or self.local_retries >= LOCAL_RETRY_LIMIT then
+    if not retry_in_ms or self.shutdown.draining or self.local_retries >= LOCAL_RETRY_LIMIT then
         self.inflight[msg.id] = nil
         return
     end
@@ -129,7 +122,7 @@ function Worker:schedule_local_retry(msg, retry_in_ms)
     loop.spawn(function()
         loop.sleep(retry_in_ms / 1000 + 0.01)
         self.local_retries = self.local_retries - 1
-        if self.stopping then
+        if self.shutdown.draining then
             self.inflight[msg.id] = nil
             return
         end
@@ -183,7 +176,7 @@ function Worker:dead_letter_malformed(msg)
         log.warn("cannot dead-letter a malformed message; it stays pending", { message_id = msg.id, error = err })
         return
     end
-    self.metrics.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)
+    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)
     log.warn("malformed message dead-lettered", { message_id = msg.id, reason = msg.reason, dlq_id = id })
 end
 
@@ -201,7 +194,7 @@ function Worker:handle_batch(entries, first)
             if msg.kind == "missing" then
                 missing[#missing + 1] = msg.id
             elseif msg.kind ~= "schedule" and msg.kind ~= "unverified" then  -- schedule: decided by dispatch
-                self.metrics.event(msg.kind, msg)
+                self.report.event(msg.kind, msg)
             end
             if msg.kind == "unmatched" then
                 unmatched[#unmatched + 1] = msg.id
@@ -214,9 +207,15 @@ function Worker:handle_batch(entries, first)
             end
         end
     end
-    if #missing == 0 and #unmatched == 0 then
-        return
+    if #missing > 0 or #unmatched > 0 then
+        self:settle_in_background(missing, unmatched, by_id, first)
     end
+end
+
+
+--- Settles a batch's missing and unmatched entries in a task of its own,
+-- waiting first while SETTLERS batches are being settled.
+function Worker:settle_in_background(missing, unmatched, by_id, first)
     self.settlers.acquire()
     self.busy = self.busy + 1
     loop.spawn(function()
@@ -242,7 +241,7 @@ function Worker:settle_missing(ids)
         log.warn("cannot clear entries without a body", { error = err })
         return
     end
-    self.metrics.inc("relay_missing_payload_total", nil, counted)
+    self.report.inc("relay_missing_payload_total", nil, counted)
     log.error("pending entries have no body (trimmed or deleted outside relay): data loss",
         { count = counted, ids = table.concat(ids, ",") })
 end
@@ -289,12 +288,12 @@ end
 
 
 function Worker:recover_read_error(err, kind, delay)
-    if self.stopping then
+    if self.shutdown.draining then
         return delay  -- the read was cut short by the shutdown itself
     end
     if kind == "reply" and tostring(err):find("NOGROUP", 1, true) then
         log.warn("consumer group is gone; recreating it at 0", { error = err })
-        self.metrics.inc("relay_group_recreated_total")
+        self.report.inc("relay_group_recreated_total")
         self.group_recreated = true
         self:ensure_group()
         return 0.1
@@ -305,32 +304,36 @@ function Worker:recover_read_error(err, kind, delay)
 end
 
 
---- Re-reads this consumer's own pending entries (a restart's unfinished
--- work), then reads new entries until stopping.
-function Worker:read_loop()
-    local delay = 0.1
+--- Re-reads this consumer's own pending entries: a restart's unfinished
+-- work. Returns the read backoff it ended with.
+function Worker:read_own_pending(delay)
     local cursor = "0"
-    while not self.stopping and cursor do
+    while not self.shutdown.draining and cursor do
         local reply, err, kind = self:read(cursor)
         if reply == nil then
             delay = self:recover_read_error(err, kind, delay)
         else
             local entries = reply ~= redis.null and reply[1] and reply[1][2] or {}
-            if #entries == 0 then
-                cursor = nil
-            else
-                cursor = entries[#entries][1]
+            cursor = entries[#entries] and entries[#entries][1]
+            if cursor then
                 self:handle_batch(entries)
             end
         end
     end
-    while not self.stopping do
+    return delay
+end
+
+
+--- Own pending entries first, then new entries until draining.
+function Worker:read_loop()
+    local delay = self:read_own_pending(0.1)
+    while not self.shutdown.draining do
         local reply, err, kind = self:read(">")
         if reply == nil then
             delay = self:recover_read_error(err, kind, delay)
         else
             delay = 0.1
-            if reply ~= redis.null and not self.stopping then
+            if reply ~= redis.null and not self.shutdown.draining then
                 self:handle_batch(reply[1][2], true)
             end
         end
@@ -349,24 +352,24 @@ function Worker:reclaim_once()
             return
         end
         if deleted > 0 then
-            self.metrics.inc("relay_missing_payload_total", nil, deleted)
+            self.report.inc("relay_missing_payload_total", nil, deleted)
             log.error("reclaimed entries have no body (trimmed or deleted outside relay): data loss",
                 { count = deleted })
         end
         if #entries > 0 then
-            self.metrics.inc("relay_reclaimed_total", nil, #entries)
+            self.report.inc("relay_reclaimed_total", nil, #entries)
             self:handle_batch(entries)
         end
         cursor = next_cursor
-    until cursor == "0-0" or self.stopping
+    until cursor == "0-0" or self.shutdown.draining
 end
 
 
 function Worker:every(interval_ms, fn)
     loop.spawn(function()
-        while not self.stopping do
+        while not self.shutdown.draining do
             loop.sleep(interval_ms / 1000)
-            if not self.stopping then
+            if not self.shutdown.draining then
                 local ok, err = xpcall(fn, debug.traceback, self)
                 if not ok then
                     log.error("background task failed", { error = err })
@@ -385,9 +388,6 @@ function Worker:housekeeping()
     if self.registry:changed() then
         self:reload("template change")
     end
-    self.metrics_registry:set("relay_running_invocations", self.active)
-    local reconnects = self.client:info().reconnects + self.reader:info().reconnects
-    self.metrics_registry:set("relay_redis_reconnects_total", reconnects)
 end
 
 
@@ -396,6 +396,7 @@ function Worker:reload(why)
     if not ok then
         log.error("reloading apps failed; keeping the loaded ones", { reason = why, error = err })
     else
+        self.slots:resize()
         log.info("apps reloaded", { reason = why, apps = #self.registry.list })
     end
 end
@@ -423,12 +424,7 @@ end
 --- Forced stop: runs every container's kill sequence (TERM, the driver's
 -- kill hooks, KILL) and gives it a moment; their state stays for recovery.
 function Worker:kill_containers()
-    local any = false
-    for _, handle in pairs(self.running) do
-        any = true
-        pcall(function() handle:terminate() end)
-    end
-    if any then
+    if self.slots:terminate_all() then
         loop.sleep(self.constants.kill_grace_ms / 1000 + 0.5)
     end
 end
@@ -436,19 +432,17 @@ end
 
 function Worker:install_signals()
     local function on_stop(signum)
-        if self.stopping then
+        if self.shutdown.draining then
             log.warn("second signal: killing containers and exiting; state stays for recovery", { signal = signum })
-            self.killed = true
-            -- drain() may finish while kill_containers() sleeps; it must then
-            -- exit with this code too (spec-worker fix: it used to exit 0)
-            self.exit_code = 128 + signum
+            -- set before the kill: drain() may finish while kill_containers()
+            -- sleeps, and must then exit with this code too
+            self.shutdown:force(signum)
             self:kill_containers()
             io.stdout:flush()
-            loop.exit(128 + signum)
+            loop.exit(self.shutdown.exit_code)
         end
         log.info("draining: no new reads or starts; running invocations finish", { signal = signum })
-        self.stopping = true
-        self.stopped.set()
+        self.shutdown:drain()
     end
     loop.on_signal(SIGTERM, on_stop)
     loop.on_signal(SIGINT, on_stop)
@@ -470,41 +464,69 @@ function Worker:connect()
         client = client, stream = self.cfg.stream, group = self.cfg.group,
         consumer = self.cfg.consumer, instance = self.instance, constants = self.constants,
     })
+    self.guard = guard.new({ client = client, stream = self.cfg.stream, consumer = self.cfg.consumer,
+        instance = self.instance, constants = self.constants, shutdown = self.shutdown })
+    observe.watch(self.obs, { client = client, reader = self.reader, slots = self.slots })
 end
 
 
+--- Removes this consumer's orphaned containers, then loads the apps.
 function Worker:start_runtime()
-    self.rt = runtime.new({ runtime = self.cfg.runtime, state_dir = self.cfg.state_dir, images = self.cfg.images,
-        consumer = self.cfg.consumer })
     local ok, swept = pcall(runtime.sweep, self.rt)
     if not ok then
         log.warn("orphan cleanup failed", { error = swept })
     elseif swept and swept > 0 then
         log.info("removed orphaned containers of this consumer", { count = swept })
     end
-    self.registry = registry.new({ apps_dir = self.cfg.apps, runtime = self.rt,
-        max_concurrency = self.cfg.max_concurrency })
     local loaded, err = self.registry:reload()
     if not loaded then
         exit.env(err)
     end
+    self.dispatch_ctx = {
+        lifecycle = self.life, runtime = self.rt, registry = self.registry, slots = self.slots,
+        reporter = self.report, shutdown = self.shutdown, constants = self.constants,
+    }
 end
 
 
 function Worker:drain()
-    self.stopped.wait()
-    while self.busy > 0 or self.active > 0 do
+    self.shutdown:wait()
+    while self.busy > 0 or self.slots.running > 0 do
         loop.sleep(0.05)
     end
-    if self.exit_code then
+    if self.shutdown.exit_code then
         -- forced stop (second signal): the killed containers were reaped (no
-        -- invocation is active), their state stays for recovery; exit
-        -- 128+signal rather than returning 0 (spec-worker fix)
+        -- invocation is running), their state stays for recovery; the
+        -- process exits 128+signal, not 0
         io.stdout:flush()
-        loop.exit(self.exit_code)
+        loop.exit(self.shutdown.exit_code)
     end
-    guard.release(self)
+    self.guard:release()
     log.info("stopped")
+end
+
+
+--- What the on_start hook is told.
+function Worker:started_info()
+    local apps = {}
+    for i, app in ipairs(self.registry.list) do
+        apps[i] = app.name
+    end
+    return { stream = self.cfg.stream, group = self.cfg.group, consumer = self.cfg.consumer,
+        instance = self.instance, apps = apps }
+end
+
+
+--- The loops that run until the drain: read, reclaim, housekeeping, trim
+-- and the schedule tick.
+function Worker:start_loops()
+    local c = self.constants
+    loop.spawn(function() self:read_loop() end)
+    self:every(c.reclaim_every_ms, Worker.reclaim_once)
+    self:every(c.housekeeping_every_ms, Worker.housekeeping)
+    self:every(c.trim_every_ms, Worker.trim)
+    self:every(c.schedule_tick_ms, scheduler.ticker({ client = self.client, stream = self.cfg.stream,
+        registry = self.registry }))
 end
 
 
@@ -513,26 +535,20 @@ function _M.run(cfg, opts)
     opts = opts or {}
     log.configure(cfg.log_level, cfg.log_format)
     local w = new_worker(cfg, opts.constants or constants)
-    observe.attach(w)
     w:connect()
-    guard.claim(w)
+    w.guard:claim()
     w:install_signals()
     local ok, err = w:ensure_group()
     if not ok then
         exit.env("cannot create consumer group " .. cfg.group .. " on " .. cfg.stream .. ": " .. tostring(err))
     end
     w:start_runtime()
-    guard.start_heartbeat(w)
+    w.guard:start_heartbeat()
     log.info("relay started", { stream = cfg.stream, group = cfg.group, consumer = cfg.consumer,
         instance = w.instance, apps = #w.registry.list, max_concurrency = cfg.max_concurrency })
     w:housekeeping()
-    observe.start(w)
-    loop.spawn(function() w:read_loop() end)
-    w:every(w.constants.reclaim_every_ms, Worker.reclaim_once)
-    w:every(w.constants.housekeeping_every_ms, Worker.housekeeping)
-    w:every(w.constants.trim_every_ms, Worker.trim)
-    local schedule_state = {}
-    w:every(w.constants.schedule_tick_ms, function(self) scheduler.tick(self, schedule_state) end)
+    observe.start(w.obs, w:started_info())
+    w:start_loops()
     if opts.on_ready then
         opts.on_ready(w)
     end

@@ -221,7 +221,7 @@ describe("hooks", function()
             local w = { metrics_registry = metrics.new() }
             w.hooks = assert(load_text("return { on_attempt = function() error('x') end, " ..
                 "on_event = function() while true do end end, on_dlq = function() error('y') end }"))
-            local m = observe.helpers(w)
+            local m = observe.reporter(w)
             capture_logs(function()
                 m.attempt({ app = "a", handler = "h" }, "failed", { duration_ms = 5, status = 1 }, { id = "1-0" }, 1)
                 m.event("matched", { id = "1-0", labels = { "a/h" } })

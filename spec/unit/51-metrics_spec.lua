@@ -35,10 +35,13 @@ end
 
 
 local function fake_worker(connected)
-    local w = { metrics_registry = metrics.new(), active = 2, loop_tick = loop.monotonic() }
-    w.client = { connected = function() return connected end, info = function() return { reconnects = 3 } end }
-    w.reader = { info = function() return { reconnects = 1 } end }
-    w.metrics = observe.helpers(w)
+    local w = { metrics_registry = metrics.new(), loop_tick = loop.monotonic() }
+    observe.watch(w, {
+        client = { connected = function() return connected end, info = function() return { reconnects = 3 } end },
+        reader = { info = function() return { reconnects = 1 } end },
+        slots = { running = 2 },
+    })
+    w.metrics = observe.reporter(w)
     return w
 end
 
