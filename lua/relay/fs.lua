@@ -1,126 +1,130 @@
 --- The few filesystem and process calls the runtime drivers need, through
--- LuaJIT's FFI (the host has no lfs). Local-disk calls only: they are short
--- and never touch the network, so they may run inside the loop.
-local ffi = require("ffi")
+-- luaposix (Debian's lua-posix, which ships a Lua 5.1 build LuaJIT loads).
+-- Local-disk calls only: they are short and never touch the network, so
+-- they may run inside the loop.
+--
+-- Conventions: predicates return booleans; calls that change something
+-- return true, or nil and "<call> <path>: <strerror text>".
+local dirent = require("posix.dirent")
+local errno = require("posix.errno")
+local signal = require("posix.signal")
+local stat = require("posix.sys.stat")
+local stdlib = require("posix.stdlib")
+local unistd = require("posix.unistd")
 
 local _M = {}
 
-local DECLS = {
-    "typedef struct relay_rt_dir relay_rt_dir;",
-    [[struct relay_rt_dirent { uint64_t d_ino; int64_t d_off; unsigned short d_reclen;
-        unsigned char d_type; char d_name[256]; };]],
-    "relay_rt_dir *opendir(const char *name);",
-    "int closedir(relay_rt_dir *d);",
-    "int mkdir(const char *path, unsigned int mode);",
-    "int rmdir(const char *path);",
-    "int unlink(const char *path);",
-    "int chmod(const char *path, unsigned int mode);",
-    "int access(const char *path, int mode);",
-    "unsigned int geteuid(void);",
-    "int getpid(void);",
-    "int kill(int pid, int sig);",
-    "int symlink(const char *target, const char *linkpath);",
-    "long readlink(const char *path, char *buf, size_t len);",
-    "char *realpath(const char *path, char *resolved);",
-    "void free(void *p);",
-    "char *strerror(int errnum);",
-}
-
--- Another module may have declared some of these already; a redeclaration
--- is an error in LuaJIT, so each goes in on its own.
-for _, decl in ipairs(DECLS) do
-    pcall(ffi.cdef, decl)
-end
-pcall(ffi.cdef, "struct relay_rt_dirent *readdir(relay_rt_dir *d);")
-
-local C = ffi.C
--- If another module declared the dir functions with its own types, ours were
--- refused: call through pointers of our types either way.
-local opendir = ffi.cast("relay_rt_dir *(*)(const char *)", C.opendir)
-local readdir = ffi.cast("struct relay_rt_dirent *(*)(relay_rt_dir *)", C.readdir)
-local closedir = ffi.cast("int (*)(relay_rt_dir *)", C.closedir)
-local X_OK, F_OK = 1, 0
-local DT_DIR, DT_LNK = 4, 10
-local EEXIST = 17
+local DEFAULT_DIR_MODE = 493 -- 0755, before the umask
 
 
-local function errmsg(what, path)
-    return string.format("%s %s: %s", what, path, ffi.string(C.strerror(ffi.errno())))
+local function strerror(errnum)
+    return (errno.errno(errnum))
 end
 
 
-function _M.exists(path)
-    return C.access(path, F_OK) == 0
+local function errmsg(what, path, errnum)
+    return string.format("%s %s: %s", what, path, strerror(errnum))
 end
 
 
-function _M.is_dir(path)
-    local d = opendir(path)
-    if d == nil then
-        return false
+--- luaposix calls return 0 (or a value) on success and nil, message, errno
+-- on failure; this turns one into our convention.
+local function result(what, path, ok, _, errnum)
+    if ok == nil then
+        return nil, errmsg(what, path, errnum)
     end
-    closedir(d)
     return true
 end
 
 
+local function mode_of(path, follow)
+    local st = (follow and stat.stat or stat.lstat)(path)
+    return st and st.st_mode
+end
+
+
+function _M.exists(path)
+    return unistd.access(path, "f") == 0
+end
+
+
+--- Whether path is a directory or a symlink to one.
+function _M.is_dir(path)
+    local mode = mode_of(path, true)
+    return mode ~= nil and stat.S_ISDIR(mode) ~= 0
+end
+
+
 function _M.is_executable(path)
-    return C.access(path, X_OK) == 0 and not _M.is_dir(path)
+    return unistd.access(path, "x") == 0 and not _M.is_dir(path)
 end
 
 
 --- Target of a symlink, or nil if path is not one.
 function _M.readlink(path)
-    local buf = ffi.new("char[4096]")
-    local n = C.readlink(path, buf, 4096)
-    if n < 0 then
-        return nil
-    end
-    return ffi.string(buf, n)
+    return (unistd.readlink(path))
 end
 
 
 function _M.realpath(path)
-    local p = C.realpath(path, nil)
-    if p == nil then
-        return nil, errmsg("realpath", path)
+    local real, _, errnum = stdlib.realpath(path)
+    if not real then
+        return nil, errmsg("realpath", path, errnum)
     end
-    local s = ffi.string(p)
-    C.free(p)
-    return s
+    return real
+end
+
+
+--- Why opendir(path) fails. luaposix raises on that failure with errno only
+-- inside its message, so stat gives the reason for the usual cases (missing,
+-- not a directory, a component not searchable) and the message the rest.
+local function opendir_reason(path, raised)
+    local st, _, errnum = stat.stat(path)
+    if not st then
+        return strerror(errnum)
+    end
+    if stat.S_ISDIR(st.st_mode) == 0 then
+        return strerror(errno.ENOTDIR)
+    end
+    raised = tostring(raised)
+    return raised:match(".*: (.-)%)$") or raised
 end
 
 
 --- Entries of a directory: list of {name=, dir=bool, link=bool}, sorted by
--- name; or nil, "opendir PATH: reason", reason.
+-- name; or nil, "opendir PATH: reason", reason. dir and link describe the
+-- entry itself (lstat): a symlink to a directory is link=true, dir=false,
+-- so walking the tree never leaves it.
 function _M.list(path)
-    local d = opendir(path)
-    if d == nil then
-        local reason = ffi.string(C.strerror(ffi.errno()))
+    local ok, names = pcall(dirent.dir, path)
+    if not ok then
+        local reason = opendir_reason(path, names)
         return nil, "opendir " .. path .. ": " .. reason, reason
     end
     local out = {}
-    while true do
-        local e = readdir(d)
-        if e == nil then
-            break
-        end
-        local name = ffi.string(e.d_name)
+    for _, name in ipairs(names) do
         if name ~= "." and name ~= ".." then
-            out[#out + 1] = { name = name, dir = e.d_type == DT_DIR, link = e.d_type == DT_LNK }
+            -- An entry removed since the read is listed as neither.
+            local mode = mode_of(path .. "/" .. name, false)
+            out[#out + 1] = {
+                name = name,
+                dir = mode ~= nil and stat.S_ISDIR(mode) ~= 0,
+                link = mode ~= nil and stat.S_ISLNK(mode) ~= 0,
+            }
         end
     end
-    closedir(d)
     table.sort(out, function(a, b) return a.name < b.name end)
     return out
 end
 
 
+--- mkdir; an existing path counts as success (callers create idempotently).
 function _M.mkdir(path, mode)
-    if C.mkdir(path, mode or 493) == 0 or ffi.errno() == EEXIST then
+    local ok, _, errnum = stat.mkdir(path, mode or DEFAULT_DIR_MODE)
+    if ok or errnum == errno.EEXIST then
         return true
     end
-    return nil, errmsg("mkdir", path)
+    return nil, errmsg("mkdir", path, errnum)
 end
 
 
@@ -137,53 +141,65 @@ function _M.mkdir_p(path, mode)
 end
 
 
-function _M.chmod(path, mode)
-    if C.chmod(path, mode) ~= 0 then
-        return nil, errmsg("chmod", path)
+--- A new directory only we can use (mode 0700), named prefix followed by six
+-- random characters, created atomically (no other process can have made or
+-- replaced it). A prefix without a '/' goes under $TMPDIR, or /tmp.
+-- Returns its path, or nil, "mkdtemp PREFIX: reason".
+function _M.mkdtemp(prefix)
+    prefix = prefix or "relay-"
+    if not prefix:find("/", 1, true) then
+        local tmp = os.getenv("TMPDIR")
+        prefix = ((tmp and tmp ~= "") and tmp or "/tmp") .. "/" .. prefix
     end
-    return true
+    local dir, _, errnum = stdlib.mkdtemp(prefix .. "XXXXXX")
+    if not dir then
+        return nil, errmsg("mkdtemp", prefix, errnum)
+    end
+    return dir
 end
 
 
+function _M.chmod(path, mode)
+    return result("chmod", path, stat.chmod(path, mode))
+end
+
+
+--- symlink; an existing path counts as success, whatever it is.
 function _M.symlink(target, path)
-    if C.symlink(target, path) == 0 or ffi.errno() == EEXIST then
+    local ok, _, errnum = unistd.link(target, path, true)
+    if ok or errnum == errno.EEXIST then
         return true
     end
-    return nil, errmsg("symlink", path)
+    return nil, errmsg("symlink", path, errnum)
 end
 
 
 function _M.rmdir(path)
-    if C.rmdir(path) ~= 0 then
-        return nil, errmsg("rmdir", path)
-    end
-    return true
+    return result("rmdir", path, unistd.rmdir(path))
 end
 
 
 function _M.unlink(path)
-    if C.unlink(path) ~= 0 then
-        return nil, errmsg("unlink", path)
-    end
-    return true
+    return result("unlink", path, unistd.unlink(path))
 end
 
 
---- Removes a tree we created. Symlinks are removed, never followed.
+--- Removes a tree we created. Symlinks are removed, never followed (path
+-- itself included). Errors below path are ignored; the last rmdir's is not.
 function _M.rm_rf(path)
-    local entries = _M.list(path)
-    if not entries then
-        if _M.exists(path) or _M.readlink(path) then
-            return _M.unlink(path)
-        end
+    local mode = mode_of(path, false)
+    if mode == nil then
         return true
     end
-    for _, e in ipairs(entries) do
+    if stat.S_ISDIR(mode) == 0 then
+        return _M.unlink(path)
+    end
+    for _, e in ipairs(_M.list(path) or {}) do
         local child = path .. "/" .. e.name
         if e.dir then
             _M.rm_rf(child)
         else
-            C.unlink(child)
+            unistd.unlink(child)
         end
     end
     return _M.rmdir(path)
@@ -216,28 +232,29 @@ end
 
 
 function _M.geteuid()
-    return tonumber(C.geteuid())
+    return unistd.geteuid()
 end
 
 
 function _M.getpid()
-    return tonumber(C.getpid())
+    return unistd.getpid()
 end
 
 
+--- Sends sig to pid; whether it was delivered.
 function _M.kill(pid, sig)
-    return C.kill(pid, sig) == 0
+    return signal.kill(pid, sig) == 0
 end
 
 
 --- Whether a process exists and is not a zombie (a killed process whose
 -- parent has not reaped it yet is as dead as we care).
 function _M.alive(pid)
-    if C.kill(pid, 0) ~= 0 then
+    if not _M.kill(pid, 0) then
         return false
     end
-    local stat = _M.read_file("/proc/" .. pid .. "/stat") or ""
-    return stat:match("^%d+ %(.*%) (%a)") ~= "Z"
+    local stat_line = _M.read_file("/proc/" .. pid .. "/stat") or ""
+    return stat_line:match("^%d+ %(.*%) (%a)") ~= "Z"
 end
 
 

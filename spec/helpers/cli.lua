@@ -2,6 +2,9 @@
 -- unless RELAY_BIN says otherwise) and captures its stdout, stderr and status.
 --   local r = cli.run({ "publish", "{}" }, { REDIS_URL = url }, stdin_text)
 --   r.code, r.stdout, r.stderr
+local fs = require("relay.fs")
+local tmp = require("helpers.tmp")
+
 local _M = {}
 
 
@@ -37,7 +40,7 @@ end
 
 --- Runs relay with args; env adds variables (false removes one).
 function _M.run(args, env, stdin)
-    local dir = os.tmpname()
+    local dir = tmp.mkdtemp("relay-cli-")
     local words = { "env" }
     for k, v in pairs(env or {}) do
         if v == false then
@@ -50,19 +53,19 @@ function _M.run(args, env, stdin)
     for _, a in ipairs(args) do
         words[#words + 1] = quote(a)
     end
-    local stdin_path = dir .. ".in"
+    local stdin_path = dir .. "/in"
     local f = assert(io.open(stdin_path, "wb"))
     f:write(stdin or "")
     f:close()
-    local cmd = string.format("%s <%s >%s.out 2>%s.err; echo $? >%s.rc", table.concat(words, " "),
+    local cmd = string.format("%s <%s >%s/out 2>%s/err; echo $? >%s/rc", table.concat(words, " "),
         stdin_path, dir, dir, dir)
     os.execute(cmd)
     local result = {
-        code = tonumber(slurp(dir .. ".rc")),
-        stdout = slurp(dir .. ".out"),
-        stderr = slurp(dir .. ".err"),
+        code = tonumber(slurp(dir .. "/rc")),
+        stdout = slurp(dir .. "/out"),
+        stderr = slurp(dir .. "/err"),
     }
-    os.execute(string.format("rm -f %s %s.in %s.out %s.err %s.rc", dir, dir, dir, dir, dir))
+    fs.rm_rf(dir)
     return result
 end
 

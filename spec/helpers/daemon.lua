@@ -11,6 +11,7 @@ local cli = require("helpers.cli")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")
+local tmp = require("helpers.tmp")
 
 local _M = {}
 local Daemon = {}
@@ -19,13 +20,10 @@ Daemon.__index = Daemon
 local STAMP = "^%S+ INFO  %[([^/%s]+)/(%S+) (%S+)#(%d+)%] T (%a+) (%S+) (%d+) (%S+) (%d+)$"
 
 
---- A fresh temporary directory.
+--- A fresh temporary directory (see helpers.tmp), its name tagged, mode
+-- 0755: state and apps directories hold what handlers' containers mount.
 function _M.tmpdir(tag)
-    local dir = os.tmpname()
-    os.remove(dir)
-    dir = dir .. "-" .. (tag or "relay")
-    assert(fs.mkdir_p(dir))
-    return dir
+    return tmp.mkdtemp("relay-" .. (tag or "spec") .. "-", 493)
 end
 
 

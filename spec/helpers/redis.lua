@@ -4,6 +4,7 @@
 --   server.url     -- "unix:///tmp/…/redis.sock"
 --   server:stop()
 local config = require("relay.config")
+local tmp = require("helpers.tmp")
 
 local _M = {}
 
@@ -33,9 +34,8 @@ end
 
 --- Starts redis-server; extra is a string of additional config arguments.
 function _M.start(extra)
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(sh("mkdir -p " .. dir))
+    -- 0755: specs keep daemon state, which handlers' containers mount, in it.
+    local dir = tmp.mkdtemp("relay-redis-", 493)
     local self = setmetatable({ dir = dir, sock = dir .. "/redis.sock", pidfile = dir .. "/redis.pid" }, Server)
     local cmd = string.format(
         "redis-server --port 0 --unixsocket %s --unixsocketperm 700 --save '' --appendonly no " ..

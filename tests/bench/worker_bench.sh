@@ -29,6 +29,9 @@ done
 command -v redis-server >/dev/null || { echo "redis-server not found" >&2; exit 2; }
 
 dir=$(mktemp -d /tmp/relay-wbench.XXXXXX)
+# runc resolves the rootfs under the state dir inside the containers' user
+# namespace: the directories above it must be searchable by others
+chmod 711 "$dir"
 cleanup() {
     if [[ -s $dir/r.pid ]]; then kill "$(cat "$dir/r.pid")" 2>/dev/null || true; fi
     rm -rf "$dir"

@@ -16,16 +16,19 @@ end
 
 
 local function start_private_redis()
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(fs.mkdir_p(dir, tonumber("700", 8)))
+    -- mkdtemp makes the directory, private to us, in one step: no other
+    -- user can create or swap it between choosing the name and using it.
+    local dir, err = fs.mkdtemp("relay-dev-")
+    if not dir then
+        exit.env("cannot create a directory for the private redis-server: " .. err)
+    end
     local sock = dir .. "/redis.sock"
-    local handle, err = proc.spawn({
+    local handle, spawn_err = proc.spawn({
         argv = { "redis-server", "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
             "--save", "", "--appendonly", "no", "--dir", dir, "--logfile", dir .. "/redis.log" },
     })
     if not handle then
-        exit.env("cannot start a private redis-server (is it installed?): " .. tostring(err))
+        exit.env("cannot start a private redis-server (is it installed?): " .. tostring(spawn_err))
     end
     for _ = 1, 250 do
         if fs.exists(sock) then
