@@ -36,7 +36,19 @@ local constants = require("relay.constants")
 
 local _M = {}
 
-local APP_NAME = "^[a-z0-9][a-z0-9_-]*$"
+-- App names become directory, container and Redis key names, so they are
+-- kept to lower-case letters, digits, _ and -. The rule as shown to users;
+-- as a Lua pattern, the same text anchored.
+_M.APP_NAME_RULE = "[a-z0-9][a-z0-9_-]*"
+local APP_NAME = "^" .. _M.APP_NAME_RULE .. "$"
+
+
+--- True when `name` is a valid app name.
+function _M.valid_name(name)
+    return type(name) == "string" and name:find(APP_NAME) ~= nil
+end
+
+
 local HANDLER_NAME = "^[A-Za-z0-9_.-]+$"
 local SCHEDULE_NAME = "^[a-z0-9_.-]+$"
 local ENV_NAME = "^[A-Za-z_][A-Za-z0-9_]*$"
@@ -345,14 +357,18 @@ local function validate_runtime(ctx, node)
 end
 
 
---- timeout and retries, shared by events and schedules entries.
-local function validate_limits(ctx, entry, what, out)
-    local timeout = field(entry, "timeout")
+--- out.timeout_ms and out.retries from their nodes (nil: the defaults).
+local function set_limits(ctx, timeout, retries, what, out)
     out.timeout_ms = timeout and expect_duration(ctx, timeout, what .. ".timeout", 1, _M.MAX_TIMEOUT_MS)
         or _M.DEFAULT_TIMEOUT_MS
-    local retries = field(entry, "retries")
     out.retries = retries and expect_int(ctx, retries, what .. ".retries", 0, _M.MAX_RETRIES)
         or _M.DEFAULT_RETRIES
+end
+
+
+--- timeout and retries, shared by events and schedules entries.
+local function validate_limits(ctx, entry, what, out)
+    set_limits(ctx, field(entry, "timeout"), field(entry, "retries"), what, out)
 end
 
 
@@ -390,16 +406,7 @@ local function validate_compiled_event(ctx, entry, index, seen)
     end
     seen[handler] = entry
     local ev = { handler = handler, pattern_json = entry.pattern_json, line = entry.line, col = entry.col }
-    local timeout, retries = entry.timeout, entry.retries
-    if timeout or retries then
-        local what = string.format("events[%d]", index)
-        ev.timeout_ms = timeout and expect_duration(ctx, timeout, what .. ".timeout", 1, _M.MAX_TIMEOUT_MS)
-            or _M.DEFAULT_TIMEOUT_MS
-        ev.retries = retries and expect_int(ctx, retries, what .. ".retries", 0, _M.MAX_RETRIES)
-            or _M.DEFAULT_RETRIES
-    else
-        ev.timeout_ms, ev.retries = _M.DEFAULT_TIMEOUT_MS, _M.DEFAULT_RETRIES
-    end
+    set_limits(ctx, entry.timeout, entry.retries, string.format("events[%d]", index), ev)
     return ev
 end
 
@@ -626,9 +633,9 @@ local function load_dir_entry(apps_dir, name)
     local app_dir = join(apps_dir, name)
     local path = join(app_dir, "template.yaml")
     local app = { name = name, dir = app_dir, path = path }
-    if not name:find(APP_NAME) then
-        return invalid(app, string.format("%s: invalid app name %s: app names match [a-z0-9][a-z0-9_-]*",
-            app_dir, yaml.json_string(name)))
+    if not _M.valid_name(name) then
+        return invalid(app, string.format("%s: invalid app name %s: app names match %s",
+            app_dir, yaml.json_string(name), _M.APP_NAME_RULE))
     end
     local refused = untrusted_template(apps_dir, path)
     if refused then
@@ -725,13 +732,9 @@ function _M.merge(previous, fresh)
 end
 
 
---- One matcher over every loaded ("ok") app: rules in dispatch order (apps by name, rules in
--- declaration order). labels[id + 1] = "<app>/<handler>", rules[id + 1] = {app=, event=}.
--- @return matcher, labels, rules, or nil, err
-function _M.build_matcher(list, matcher_module)
-    local matcher = matcher_module or require("relay.core.matcher")
-    local m = matcher.new()
-    local labels, rules = {}, {}
+--- Every loaded ("ok") app's rules in dispatch order (apps by name, rules in declaration
+-- order): their pattern JSON, labels ("<app>/<handler>") and {app=, event=}.
+local function dispatch_order(list)
     local ordered = {}
     for _, app in ipairs(list) do
         if app.state == "ok" then
@@ -739,37 +742,31 @@ function _M.build_matcher(list, matcher_module)
         end
     end
     table.sort(ordered, function(a, b) return a.name < b.name end)
-    if m.add_many then
-        -- One C call for every rule keeps this loop free of C calls (so LuaJIT compiles it).
-        local jsons, n = {}, 0
-        for _, app in ipairs(ordered) do
-            local prefix = app.name .. "/"
-            for _, ev in ipairs(app.events) do
-                n = n + 1
-                jsons[n] = ev.pattern_json
-                labels[n] = prefix .. ev.handler
-                rules[n] = { app = app, event = ev }
-            end
+    local jsons, labels, rules = {}, {}, {}
+    for _, app in ipairs(ordered) do
+        local prefix = app.name .. "/"
+        for _, ev in ipairs(app.events) do
+            jsons[#jsons + 1] = ev.pattern_json
+            labels[#jsons] = prefix .. ev.handler
+            rules[#jsons] = { app = app, event = ev }
         end
-        local added, err, index = m:add_many(jsons)
-        if not added then
-            local rule = rules[index]
-            return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", rule.app.path,
-                rule.event.line, rule.event.col, err)
-        end
-    else
-        for _, app in ipairs(ordered) do
-            for _, ev in ipairs(app.events) do
-                local id, err = m:add(ev.pattern_json)
-                if not id then
-                    return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", app.path,
-                        ev.line, ev.col, err)
-                end
-                assert(id == #labels, "matcher ids must follow add order")
-                labels[id + 1] = app.name .. "/" .. ev.handler
-                rules[id + 1] = { app = app, event = ev }
-            end
-        end
+    end
+    return jsons, labels, rules
+end
+
+
+--- One matcher over every loaded app, rule ids in dispatch order:
+-- labels[id + 1] = "<app>/<handler>", rules[id + 1] = {app=, event=}.
+-- @return matcher, labels, rules, or nil, err
+function _M.build_matcher(list, matcher_module)
+    local m = (matcher_module or require("relay.core.matcher")).new()
+    local jsons, labels, rules = dispatch_order(list)
+    -- One C call for every rule, so dispatch_order's loop calls no C and LuaJIT compiles it.
+    local added, add_err, index = m:add_many(jsons)
+    if not added then
+        local rule = rules[index]
+        return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", rule.app.path,
+            rule.event.line, rule.event.col, add_err)
     end
     local ok, err = m:compile()
     if ok == nil and err then
@@ -777,6 +774,5 @@ function _M.build_matcher(list, matcher_module)
     end
     return m, labels, rules
 end
-
 
 return _M

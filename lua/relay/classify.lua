@@ -1,6 +1,8 @@
 --- Classification of a stream entry before anything runs (events.md):
 -- schedule occurrence, targeted replay, malformed, unmatched or matched.
 -- Precedence (relay.md section 5): relay_schedule, then relay_target, then event.
+local redis = require("relay.redis")
+
 local _M = {}
 
 -- Fields only Relay's own publishers may write (`relay dlq replay`, the
@@ -8,18 +10,6 @@ local _M = {}
 -- them, and honouring them would run any handler on the producer's input.
 local RESERVED = { relay_schedule = true, relay_target = true, relay_replay_of = true, relay_occurrence = true }
 _M.UNTRUSTED = "reserved field from a producer"
-
-
-local function field_map(flat)
-    local fields = {}
-    for i = 1, #flat - 1, 2 do
-        if fields[flat[i]] == nil then
-            fields[flat[i]] = flat[i + 1]
-        end
-    end
-    return fields
-end
-_M.field_map = field_map
 
 
 --- True when an entry's flat field list (or redis.null) carries a reserved
@@ -49,7 +39,7 @@ function _M.classify(entry, m)
         msg.kind = "missing"
         return msg
     end
-    local fields = field_map(entry[2])
+    local fields = redis.pairs_to_table(entry[2])
     msg.fields = fields
     msg.event = fields.event
     if _M.reserved(entry[2]) and not (m.trusted and m.trusted[msg.id]) then

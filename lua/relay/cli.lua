@@ -1,13 +1,15 @@
 --- The `relay` command line: one lua-argparse parser, one module per command
--- under relay.cmd, one protected call. Runs inside the host's main task, so
--- commands may use the yielding APIs (Redis, sleep, processes).
+-- under relay.cmd (the shape is relay.subcommands'), one protected call.
+-- Runs inside the host's main task, so commands may use the yielding APIs
+-- (Redis, sleep, processes).
 local argparse = require("argparse")
 local exit = require("relay.exit")
+local subcommands = require("relay.subcommands")
 
 local _M = {}
 
--- Every command of relay.md section 6, in the order `relay --help` lists them.
-local COMMANDS = {
+-- Every command, in the order `relay --help` lists them.
+_M.COMMANDS = {
     { "run", "Run the daemon: consume, dispatch, reclaim, schedule, trim." },
     { "dev", "Like run, with a private redis-server when REDIS_URL is unset." },
     { "publish", "Append an external event (a JSON object) to the stream." },
@@ -20,53 +22,13 @@ local COMMANDS = {
 }
 
 
-local function module_exists(name)
-    return package.searchpath(name, package.path) ~= nil
-end
-
-
-local function not_implemented(name)
-    return {
-        configure = function(cmd)
-            cmd:argument("rest", "arguments"):args("*")
-            cmd:handle_options(false)
-        end,
-        execute = function()
-            exit.usage(name .. " is not implemented yet")
-        end,
-    }
-end
-
-
-local function command_module(name)
-    local module_name = "relay.cmd." .. name
-    if not module_exists(module_name) then
-        return not_implemented(name)
-    end
-    return require(module_name)
-end
-
-
--- Only the command being run is loaded and configured: the others are
--- listed with their summary, which is all `relay --help` shows. Loading
--- every command module would cost each invocation milliseconds.
-local function build_parser(modules, selected)
+-- Only the command being run is loaded and configured (subcommands.declare).
+local function build_parser(argv)
     local parser = argparse("relay", "Relay: dispatch events from a Redis stream to handlers in containers.")
         :command_target("command")
         :require_command(true)
         :help_max_width(100)
-    for _, entry in ipairs(COMMANDS) do
-        local name, summary = entry[1], entry[2]
-        local cmd = parser:command(name, summary)
-        if name == selected then
-            modules[name] = command_module(name)
-            modules[name].configure(cmd)
-        else
-            cmd:argument("rest", "arguments"):args("*")
-            cmd:handle_options(false)
-        end
-    end
-    return parser
+    return parser, subcommands.declare(parser, "relay.cmd.", _M.COMMANDS, argv)
 end
 
 
@@ -124,24 +86,23 @@ local function parse(parser, argv)
 end
 
 
---- Entry point called by src/main.c with argv (without the program name).
+--- Entry point: the host calls it with argv (without the program name).
 -- @return the process exit code
 function _M.main(argv)
     if argv[1] == "x-lua" then
         return run_script(argv)
     end
-    local modules = {}
-    local parser = build_parser(modules, argv[1])
+    local parser, command = build_parser(argv)
     local ok, args = parse(parser, argv)
     if ok == "exit" then
         return args
     end
     if not ok then
-        io.stderr:write("relay: ", args, " (see relay ", modules[argv[1]] and (argv[1] .. " ") or "", "--help)\n")
+        io.stderr:write("relay: ", args, " (see relay ", command and (argv[1] .. " ") or "", "--help)\n")
         return 2
     end
     local success, result = xpcall(function()
-        return modules[args.command].execute(args)
+        return command.execute(args)
     end, report)
     io.stdout:flush()
     if not success then

@@ -10,9 +10,12 @@ local MAX_EVENT_BYTES_LIMIT = 512 * 1024 * 1024
 
 -- variable, flag, config key, default (a function for computed defaults), parser
 local SETTINGS = {}
+local SETTINGS_BY_KEY = {}
 
 
-local function hostname()
+--- This machine's name: the default consumer name, and what the consumer
+-- guard compares to tell a holder on this host from one elsewhere.
+function _M.hostname()
     local f = io.open("/proc/sys/kernel/hostname", "r")
     local name = f and f:read("*l")
     if f then
@@ -214,12 +217,13 @@ end
 
 local function setting(var, flag, key, default, parse)
     SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse }
+    SETTINGS_BY_KEY[key] = SETTINGS[#SETTINGS]
 end
 
 setting("REDIS_URL", "redis-url", "redis_url", "redis://127.0.0.1:6379/0", _M.parse_redis_url)
 setting("REDIS_STREAM", "stream", "stream", "events", parse_nonempty_name)
 setting("REDIS_GROUP", "group", "group", "relay", parse_nonempty_name)
-setting("RELAY_CONSUMER", "consumer", "consumer", hostname, parse_consumer)
+setting("RELAY_CONSUMER", "consumer", "consumer", _M.hostname, parse_consumer)
 setting("MAX_CONCURRENCY", "max-concurrency", "max_concurrency", "4", parse_concurrency)
 setting("RELAY_APPS", "apps", "apps", "./apps", parse_path)
 setting("RELAY_RUNTIME", "runtime", "runtime", "auto", one_of("auto", "runc", "bwrap", "docker", "podman"))
@@ -266,6 +270,39 @@ local function environment()
 end
 
 
+--- The text a setting takes (a flag wins over its variable, which wins
+-- over the default) and where it came from.
+local function raw_value(s, env, flags)
+    local from_flag = s.flag and flags[flag_field(s.flag)]
+    if from_flag ~= nil then
+        return from_flag, "--" .. s.flag
+    end
+    if env[s.var] ~= nil then
+        return env[s.var], s.var
+    end
+    local default = s.default
+    if type(default) == "function" then
+        default = default(env)
+    end
+    return default, s.var .. " (default)"
+end
+
+
+--- A setting's parsed value (nil when it is unset and has no default),
+-- or nil, "invalid SOURCE=TEXT: reason".
+local function setting_value(s, env, flags)
+    local raw, source = raw_value(s, env, flags)
+    if raw == nil then
+        return nil
+    end
+    local value, err = s.parse(raw)
+    if value == nil then
+        return nil, string.format("invalid %s=%s: %s", source, raw, err)
+    end
+    return value
+end
+
+
 --- Builds the configuration from env (default: the process environment)
 -- and flags (parsed argparse results; a flag wins over its variable).
 -- @return cfg | nil, "REDIS_URL=…: reason"
@@ -274,35 +311,20 @@ function _M.load(env, flags)
     flags = flags or {}
     local cfg = {}
     for _, s in ipairs(SETTINGS) do
-        local source, raw = s.var, env[s.var]
-        local from_flag = s.flag and flags[flag_field(s.flag)]
-        if from_flag ~= nil then
-            source, raw = "--" .. s.flag, from_flag
+        local value, err = setting_value(s, env, flags)
+        if err then
+            return nil, err
         end
-        if raw == nil then
-            raw = type(s.default) == "function" and s.default(env) or s.default
-            source = s.var .. " (default)"
-        end
-        if raw ~= nil then
-            local value, err = s.parse(raw)
-            if value == nil then
-                return nil, string.format("invalid %s=%s: %s", source, raw, err)
-            end
-            cfg[s.key] = value
-        end
+        cfg[s.key] = value
     end
-    cfg.redis_url_text = flags.redis_url or env.REDIS_URL or "redis://127.0.0.1:6379/0"
+    cfg.redis_url_text = raw_value(SETTINGS_BY_KEY.redis_url, env, flags)
     return cfg
 end
 
 
 --- load(), for a CLI command: a bad value exits 2 naming it.
 function _M.load_or_exit(flags)
-    local cfg, err = _M.load(nil, flags)
-    if not cfg then
-        require("relay.exit").env(err)
-    end
-    return cfg
+    return require("relay.exit").or_env(_M.load(nil, flags))
 end
 
 

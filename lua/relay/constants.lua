@@ -51,11 +51,4 @@ end
 _M.compressed = build.test_constants and true or false
 
 
---- The backoff before attempt n+1 after n failed attempts (1-based).
-function _M.backoff_after(failed_attempts)
-    local ladder = _M.backoff_ms
-    return ladder[math.min(failed_attempts, #ladder)]
-end
-
-
 return _M

@@ -3,6 +3,8 @@
 -- or 7. When both day fields are restricted a day matches either (Vixie
 -- cron). Also the calendar arithmetic the scheduler needs, without the
 -- process time zone.
+local rfc3339 = require("relay.rfc3339")
+
 local _M = {}
 
 local FIELDS = {
@@ -33,28 +35,7 @@ end
 
 
 --- Civil date (y, m, d) of a day count since the epoch.
-function _M.civil_from_days(z)
-    z = z + 719468
-    local era = math.floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-    local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-    local mp = math.floor((5 * doy + 2) / 153)
-    local d = doy - math.floor((153 * mp + 2) / 5) + 1
-    local m = mp < 10 and mp + 3 or mp - 9
-    return yoe + era * 400 + (m <= 2 and 1 or 0), m, d
-end
-
-
---- `YYYY-MM-DDTHH:MM:SSZ` for a whole-second instant in ms.
-function _M.rfc3339(ms)
-    local secs = math.floor(ms / 1000)
-    local days = math.floor(secs / 86400)
-    local rem = secs - days * 86400
-    local y, m, d = _M.civil_from_days(days)
-    return string.format("%04d-%02d-%02dT%02d:%02d:%02dZ", y, m, d, math.floor(rem / 3600),
-        math.floor(rem % 3600 / 60), rem % 60)
-end
+_M.civil_from_days = rfc3339.civil_from_days
 
 
 local function parse_value(text, field)

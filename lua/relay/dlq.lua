@@ -2,7 +2,6 @@
 -- and changed entry by entry: replay re-publishes to the entry's original
 -- stream first and deletes the entry only after that succeeded, so a crash
 -- between the two leaves a duplicate, never a loss.
-local classify = require("relay.classify")
 local keys = require("relay.keys")
 local redis = require("relay.redis")
 local scripts = require("relay.scripts")
@@ -35,7 +34,7 @@ function _M.entries(client, key, filters)
             local raw = page[index]
             index = index + 1
             last_id = raw[1]
-            local fields = classify.field_map(raw[2])
+            local fields = redis.pairs_to_table(raw[2])
             if (not filters.app or fields.app == filters.app)
                 and (not filters.handler or fields.handler == filters.handler) then
                 return { id = raw[1], fields = fields, flat = raw[2] }
@@ -56,7 +55,7 @@ function _M.get(client, key, id)
     if not raw then
         return nil
     end
-    return { id = raw[1], fields = classify.field_map(raw[2]), flat = raw[2] }
+    return { id = raw[1], fields = redis.pairs_to_table(raw[2]), flat = raw[2] }
 end
 
 

@@ -22,6 +22,16 @@ function _M.env(message)
 end
 
 
+--- value, or when it is nil an environment error with err: for the
+-- `value, err` returns of the calls a command cannot go on without.
+function _M.or_env(value, err)
+    if value == nil then
+        _M.env(err)
+    end
+    return value
+end
+
+
 --- A negative result: no match, not found, invalid app (exit 1).
 function _M.negative(message)
     raise(1, message)

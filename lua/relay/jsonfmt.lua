@@ -1,9 +1,32 @@
---- Pretty-printing of JSON text by re-indenting its tokens: key order,
--- number spelling and escapes stay exactly as written. Text that is not
--- JSON is returned indented as it is.
+--- JSON output of the CLI: encoding with empty lists, and pretty-printing
+-- of JSON text by re-indenting its tokens (key order, number spelling and
+-- escapes stay exactly as written; text that is not JSON is returned
+-- indented as it is).
+local cjson = require("cjson")
 local matcher = require("relay.core.matcher")
 
 local _M = {}
+
+-- Debian's lua-cjson 2.1.0 has no array_mt and encodes an empty table as
+-- {}: an empty list goes out as this placeholder string, then becomes [].
+local EMPTY_LIST = "\0relay-empty-list\0"
+local EMPTY_LIST_JSON = cjson.encode(EMPTY_LIST):gsub("%p", "%%%0")
+
+
+--- cjson.encode(object), where each of list_keys naming an empty table is
+-- encoded as [] (object itself is not changed).
+function _M.encode(object, list_keys)
+    local copy = {}
+    for k, v in pairs(object) do
+        copy[k] = v
+    end
+    for _, key in ipairs(list_keys) do
+        if type(copy[key]) == "table" and next(copy[key]) == nil then
+            copy[key] = EMPTY_LIST
+        end
+    end
+    return (cjson.encode(copy):gsub(EMPTY_LIST_JSON, "[]"))
+end
 
 
 local function skip_string(text, i)

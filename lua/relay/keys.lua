@@ -1,10 +1,13 @@
---- Relay's Redis key names (relay.md section 5), built in one place.
+--- Relay's Redis key names, built in one place: every other module gets
+-- its keys here, and the scripts that append ids themselves get their
+-- prefixes here.
 local _M = {}
 
 
 --- All keys of one stream's namespace.
 function _M.for_stream(stream)
     local base = "relay:" .. stream .. ":"
+    local inv_prefix, instance_prefix = base .. "inv:", base .. "instance:"
     return {
         dlq = base .. "dlq",
         paused = base .. "paused",
@@ -12,10 +15,12 @@ function _M.for_stream(stream)
         -- Sorted set of the entry ids Relay's own publishers wrote (score:
         -- the id's milliseconds); only those may carry reserved fields.
         trusted = base .. "trusted",
-        inv = function(message_id) return base .. "inv:" .. message_id end,
+        inv_prefix = inv_prefix,
+        instance_prefix = instance_prefix,
+        inv = function(message_id) return inv_prefix .. message_id end,
         sched = function(app, name) return base .. "sched:" .. app .. "/" .. name end,
         consumer = function(name) return base .. "consumer:" .. name end,
-        instance = function(id) return base .. "instance:" .. id end,
+        instance = function(id) return instance_prefix .. id end,
     }
 end
 

@@ -85,11 +85,17 @@ function _M.eval(client, script, keys, args)
 end
 
 
---- Converts a flat Redis field/value array to a table.
+--- Converts a flat Redis field/value array (a stream entry, HGETALL, an
+-- XINFO record) to a table. A stream entry may repeat a field name; the
+-- first occurrence wins, because the scripts read an entry's `event` that
+-- way when they write a dead letter, and the handler must have run on the
+-- same bytes the dead letter keeps.
 function _M.pairs_to_table(flat)
     local t = {}
     for i = 1, #flat - 1, 2 do
-        t[flat[i]] = flat[i + 1]
+        if t[flat[i]] == nil then
+            t[flat[i]] = flat[i + 1]
+        end
     end
     return t
 end

@@ -23,6 +23,24 @@ describe("relay CLI", function()
         end
     end)
 
+    it("lists the sub-commands of app, dlq and schedule, and refuses an unknown one", function()
+        local subs = { app = { "validate", "ls", "invoke", "pause", "resume" },
+            dlq = { "ls", "inspect", "replay", "rm" }, schedule = { "ls" } }
+        for group, names in pairs(subs) do
+            local r = cli.run({ group, "--help" })
+            assert.are.equal(0, r.code)
+            for _, name in ipairs(names) do
+                assert.matches("\n   " .. name .. " ", r.stdout)
+                local sub = cli.run({ group, name, "--help" })
+                assert.are.equal(0, sub.code, group .. " " .. name)
+                assert.matches("^Usage: relay " .. group .. " " .. name .. " ", sub.stdout)
+            end
+            r = cli.run({ group, "frobnicate" })
+            assert.are.same({ 2, "relay: unknown command 'frobnicate' (see relay " .. group .. " --help)\n" },
+                { r.code, r.stderr })
+        end
+    end)
+
     it("exits 2 with relay: on stderr for an unknown command or a usage error", function()
         local r = cli.run({ "frobnicate" })
         assert.are.equal(2, r.code)

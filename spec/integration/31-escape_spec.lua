@@ -312,6 +312,16 @@ describe("escape suite", function()
             end)
         end
 
+        local maybe_runc = DRIVERS[1].usable and it or pending
+        maybe_runc("names a state directory the containers' ids cannot search, not failing each start", function()
+            local closed = ROOT .. "/closed"
+            assert(fs.mkdir_p(closed .. "/state"))
+            assert(os.execute("chmod 0700 " .. cli.quote(closed)) == 0)
+            local r = invoke("a-runc", "probe", { RELAY_STATE_DIR = closed .. "/state" })
+            assert.are.equal(125, r.code, r.stderr)
+            assert.truthy(r.stderr:find(closed .. " is not searchable by others", 1, true), r.stderr)
+        end)
+
         it("accepts only image names inside the app", function()
             for _, image in ipairs({ "/", "/srv/rootfs", "../other/rootfs", "rootfs/../../x", "./.." }) do
                 local dir = APPS .. "/bad-image"

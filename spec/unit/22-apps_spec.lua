@@ -253,6 +253,17 @@ describe("discovery", function()
         assert.are.equal(BASIC .. "/alpha/template.yaml", assert(apps.load_all(BASIC .. "/"))[2].path)
     end)
 
+    it("tells valid app names by one rule", function()
+        for _, name in ipairs({ "a", "users", "0day", "my-app_2" }) do
+            assert.is_true(apps.valid_name(name), name)
+        end
+        for _, name in ipairs({ "", "Users", "-a", "_a", "a.b", "a b", "a/b", ".git" }) do
+            assert.is_false(apps.valid_name(name), name)
+        end
+        assert.is_false(apps.valid_name(nil))
+        assert.are.equal("[a-z0-9][a-z0-9_-]*", apps.APP_NAME_RULE)
+    end)
+
     it("fails when the apps directory cannot be read", function()
         local list, err = apps.load_all("spec/fixtures/apps/nonexistent")
         assert.is_nil(list)
@@ -337,5 +348,20 @@ describe("build_matcher", function()
         end
         local _, labels = assert(apps.build_matcher(reversed, matcher))
         assert.are.same({ "alpha/users.created", "alpha/any.insert", "beta/users.all" }, labels)
+    end)
+
+    it("names the template line of a pattern the matcher refuses", function()
+        local refusing = {
+            new = function()
+                return {
+                    add_many = function(_, jsons) return nil, "too deep", #jsons end,
+                    compile = function() return true end,
+                }
+            end,
+        }
+        local m, err = apps.build_matcher(assert(apps.load_all(BASIC)), refusing)
+        assert.is_nil(m)
+        assert.matches("^" .. BASIC:gsub("%p", "%%%0") .. "/beta/template%.yaml:%d+:%d+: the matcher refused "
+            .. "this pattern: too deep$", err)
     end)
 end)

@@ -37,6 +37,12 @@ describe("classify", function()
         assert.are.equal("matched", classify.classify({ "5-0", { "event", "{}" } }, m({})).kind)
     end)
 
+    it("reads a repeated field's first value, as the scripts do", function()
+        local msg = classify.classify({ "5-0", { "event", '{"a":1}', "event", '{"a":2}' } }, m({}))
+        assert.are.equal('{"a":1}', msg.event)
+        assert.are.equal('{"a":1}', msg.fields.event)
+    end)
+
     it("honours a trusted entry's fields: relay_schedule, then relay_target, then the event", function()
         local trusted = m({ ["5-0"] = true })
         local msg = classify.classify({ "5-0", { "event", "{}", "relay_target", "a/h", "relay_schedule", "a/s" } },

@@ -1,16 +1,17 @@
 -- relay.cron: parsing and next/previous occurrences in UTC.
 local cron = require("relay.cron")
+local rfc3339 = require("relay.rfc3339")
 
 local function at(y, mo, d, h, mi)
     return (cron.days_from_civil(y, mo, d) * 86400 + (h or 0) * 3600 + (mi or 0) * 60) * 1000
 end
 
 local function next_of(expr, from)
-    return cron.rfc3339(assert(cron.next(assert(cron.parse(expr)), from)))
+    return rfc3339.seconds(assert(cron.next(assert(cron.parse(expr)), from)))
 end
 
 local function prev_of(expr, from)
-    return cron.rfc3339(assert(cron.prev(assert(cron.parse(expr)), from)))
+    return rfc3339.seconds(assert(cron.prev(assert(cron.parse(expr)), from)))
 end
 
 describe("cron", function()
@@ -19,7 +20,7 @@ describe("cron", function()
         assert.are.equal(-1, cron.days_from_civil(1969, 12, 31))
         assert.are.same({ 2024, 2, 29 }, { cron.civil_from_days(cron.days_from_civil(2024, 2, 29)) })
         assert.are.same({ 2000, 3, 1 }, { cron.civil_from_days(cron.days_from_civil(2000, 2, 29) + 1) })
-        assert.are.equal("2026-11-30T12:34:00Z", cron.rfc3339(at(2026, 11, 30, 12, 34)))
+        assert.are.equal("2026-11-30T12:34:00Z", rfc3339.seconds(at(2026, 11, 30, 12, 34)))
     end)
 
     it("finds the next and previous occurrence of a daily job", function()

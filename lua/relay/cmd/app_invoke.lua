@@ -19,6 +19,17 @@ local EXIT_HOST = 125
 local SIGINT, SIGTERM = 2, 15
 
 
+function _M.configure(cmd)
+    cmd:argument("app", "The app.")
+    cmd:argument("handler", "The handler (of events or schedules).")
+    cmd:mutex(
+        cmd:option("--event", "The event JSON given to the handler on stdin."):argname("<json>"),
+        cmd:option("--event-file", "A file holding the event JSON."):argname("<file>")
+    )
+    config.add_flags(cmd, { "apps", "runtime", "state_dir" })
+end
+
+
 --- The event or schedule entry running `handler`, events first.
 function _M.find_entry(app, handler)
     for _, e in ipairs(app.events or {}) do
@@ -89,10 +100,7 @@ end
 
 
 function _M.execute(args)
-    local cfg, err = config.load(nil, { apps = args.apps, runtime = args.runtime, state_dir = args.state_dir })
-    if not cfg then
-        exit.env(err)
-    end
+    local cfg = config.load_or_exit(args)
     local app, aerr = apps.load_app(cfg.apps, args.app)
     if not app then
         exit.negative(aerr)

@@ -6,10 +6,17 @@ local apps = require("relay.apps")
 local config = require("relay.config")
 local core_redis = require("relay.core.redis")
 local exit = require("relay.exit")
+local jsonfmt = require("relay.jsonfmt")
 local keys = require("relay.keys")
 local runtime = require("relay.runtime")
 
 local _M = {}
+
+
+function _M.configure(cmd)
+    cmd:flag("--json", "One JSON object per app.")
+    config.add_flags(cmd, { "apps", "runtime", "max_concurrency", "redis_url", "stream" })
+end
 
 
 --- The set {name = true} of fleet-wide paused apps. Listing apps must not
@@ -59,8 +66,7 @@ function _M.row(rt, cfg, app, paused)
         row.state, row.note = "invalid", app.error
         return row
     end
-    local max = cfg.max_concurrency or 4
-    row.concurrency = math.min(app.concurrency or max, max)
+    row.concurrency = math.min(app.concurrency or cfg.max_concurrency, cfg.max_concurrency)
     local driver, derr = rt:driver_for(app)
     if not driver then
         row.state, row.note = "unavailable", derr
@@ -102,34 +108,27 @@ function _M.format(row)
 end
 
 
+--- The row as one JSON object: empty lists as [], and no driver key when
+-- there is no driver (the text shows `-`).
+function _M.json(row)
+    local obj = {
+        name = row.name, state = row.state, driver = row.driver ~= "-" and row.driver or nil,
+        handlers = row.handlers, schedules = row.schedules,
+        concurrency = row.concurrency, note = row.note,
+    }
+    return (jsonfmt.encode(obj, { "handlers", "schedules" }):gsub("\\/", "/"))
+end
+
+
 function _M.execute(args)
-    local cfg, err = config.load(nil, { apps = args.apps, runtime = args.runtime,
-        max_concurrency = args.max_concurrency })
-    if not cfg then
-        exit.env(err)
-    end
-    local list, lerr = apps.load_all(cfg.apps)
-    if not list then
-        exit.env(lerr)
-    end
+    local cfg = config.load_or_exit(args)
+    local list = exit.or_env(apps.load_all(cfg.apps))
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
         consumer = cfg.consumer })
     local paused = _M.paused_apps(cfg) or {}
     for _, app in ipairs(list) do
         local row = _M.row(rt, cfg, app, paused)
-        if args.json then
-            local cjson = require("cjson")
-            local obj = {
-                name = row.name, state = row.state, driver = row.driver ~= "-" and row.driver or nil,
-                handlers = row.handlers, schedules = row.schedules,
-                concurrency = row.concurrency, note = row.note,
-            }
-            local text = cjson.encode(obj):gsub('"handlers":{}', '"handlers":[]')
-                :gsub('"schedules":{}', '"schedules":[]'):gsub('\\/', '/')
-            io.stdout:write(text, "\n")
-        else
-            io.stdout:write(_M.format(row), "\n")
-        end
+        io.stdout:write(args.json and _M.json(row) or _M.format(row), "\n")
     end
     return 0
 end

@@ -1,6 +1,7 @@
 --- relay app pause APP / relay app resume APP: the fleet-wide paused set
 -- (relay.md section 5). A paused app is unavailable: its matched
 -- invocations stay pending until it is resumed.
+local apps = require("relay.apps")
 local config = require("relay.config")
 local exit = require("relay.exit")
 local keys = require("relay.keys")
@@ -8,13 +9,18 @@ local redis = require("relay.redis")
 
 local _M = {}
 
-local APP_NAME = "^[a-z0-9][a-z0-9_-]*$"
+
+--- Also relay app resume's arguments.
+function _M.configure(cmd)
+    cmd:argument("app", "The app.")
+    config.add_flags(cmd, { "redis_url", "stream", "apps" })
+end
 
 
 --- Adds (pause) or removes (resume) args.app; exits 2 on a bad name.
 function _M.set_paused(args, paused)
-    if not tostring(args.app):find(APP_NAME) then
-        exit.usage("invalid app name " .. tostring(args.app) .. " (app names match [a-z0-9][a-z0-9_-]*)")
+    if not apps.valid_name(args.app) then
+        exit.usage("invalid app name " .. tostring(args.app) .. " (app names match " .. apps.APP_NAME_RULE .. ")")
     end
     local cfg = config.load_or_exit(args)
     local client = redis.connect_cli(cfg)

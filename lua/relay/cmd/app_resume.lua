@@ -1,9 +1,13 @@
 --- relay app resume APP: see relay.cmd.app_pause.
+local app_pause = require("relay.cmd.app_pause")
+
 local _M = {}
+
+_M.configure = app_pause.configure
 
 
 function _M.execute(args)
-    return require("relay.cmd.app_pause").set_paused(args, false)
+    return app_pause.set_paused(args, false)
 end
 
 

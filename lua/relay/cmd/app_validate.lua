@@ -10,6 +10,13 @@ local exit = require("relay.exit")
 local _M = {}
 
 
+function _M.configure(cmd)
+    cmd:argument("dirs", "App directories (each holding template.yaml)."):args("*")
+    cmd:flag("--json", "One JSON object per app.")
+    config.add_flags(cmd, { "apps" })
+end
+
+
 local function basename(path)
     return path:match("([^/]+)/*$") or path
 end
@@ -84,14 +91,7 @@ function _M.execute(args)
             load_arg(dir, list)
         end
     else
-        local cfg, err = config.load(nil, { apps = args.apps })
-        if not cfg then
-            exit.env(err)
-        end
-        list, err = apps.load_all(cfg.apps)
-        if not list then
-            exit.env(err)
-        end
+        list = exit.or_env(apps.load_all(config.load_or_exit(args).apps))
     end
     local invalid = 0
     for _, app in ipairs(list) do

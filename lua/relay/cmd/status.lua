@@ -3,6 +3,7 @@
 local cjson = require("cjson")
 local config = require("relay.config")
 local exit = require("relay.exit")
+local jsonfmt = require("relay.jsonfmt")
 local redis = require("relay.redis")
 local keys = require("relay.keys")
 
@@ -89,28 +90,13 @@ local function print_text(s)
 end
 
 
---- Debian's lua-cjson 2.1.0 has no array_mt and encodes an empty table as
--- {}: empty lists go out as a placeholder string replaced by [].
-local EMPTY_LIST = "\0relay-empty-list\0"
-
-local function encode_json(status)
-    for _, key in ipairs({ "paused_apps", "consumers" }) do
-        if #status[key] == 0 then
-            status[key] = EMPTY_LIST
-        end
-    end
-    local text = cjson.encode(status)
-    return (text:gsub(cjson.encode(EMPTY_LIST):gsub("%p", "%%%0"), "[]"))
-end
-
-
 function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local client = redis.connect_cli(cfg)
     local status = collect(client, cfg)
     client:close()
     if args.json then
-        print(encode_json(status))
+        print(jsonfmt.encode(status, { "paused_apps", "consumers" }))
     else
         print_text(status)
     end

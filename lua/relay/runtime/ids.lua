@@ -17,6 +17,7 @@
 -- app in the same apps directory moves the one whose name sorts later to the
 -- next free block. So a block is stable across restarts, reloads and
 -- replicas, and changes only when a newly added app collides with it.
+local apps = require("relay.apps")
 local bit = require("bit")
 local fs = require("relay.fs")
 
@@ -29,8 +30,6 @@ _M.CONTAINER_USER = 65534
 _M.SUBID_USER = "relay"
 _M.SUBUID_FILE = "/etc/subuid"
 _M.SUBGID_FILE = "/etc/subgid"
-
-local APP_NAME = "^[a-z0-9][a-z0-9_-]*$"
 
 
 --- The first "user:start:count" range of `user` in a subordinate-id file.
@@ -102,7 +101,7 @@ local function sibling_names(app)
     local parent = (app.dir or ""):match("^(.*)/[^/]+/?$")
     local names = {}
     for _, e in ipairs(parent and fs.list(parent) or {}) do
-        if e.dir and e.name:find(APP_NAME) then
+        if e.dir and apps.valid_name(e.name) then
             names[#names + 1] = e.name
         end
     end

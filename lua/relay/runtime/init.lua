@@ -15,6 +15,7 @@
 --          pass_fds (closed by the caller after the spawn), nofile, no_core, uid, gid }.
 local duration = require("relay.duration")
 local fs = require("relay.fs")
+local rfc3339 = require("relay.rfc3339")
 local safefs = require("relay.core.safefs")
 
 local _M = {}
@@ -45,13 +46,6 @@ local RESERVED = {
 --- Characters allowed in runc container ids (and fine for docker names).
 function _M.sanitize(s)
     return (tostring(s):gsub("[^%w_+.-]", "_"))
-end
-
-
---- RFC3339 UTC with milliseconds, from wall-clock ms.
-function _M.rfc3339(ms)
-    local sec = math.floor(ms / 1000)
-    return os.date("!%Y-%m-%dT%H:%M:%S", sec) .. string.format(".%03dZ", ms - sec * 1000)
 end
 
 
@@ -138,6 +132,26 @@ function _M.close_fds(fds)
 end
 
 
+--- The first existing directory on the way to `path` (itself included)
+-- that others cannot search (no o+x), or nil. runc resolves a container's
+-- rootfs from inside its user namespace, as the app's unprivileged host
+-- ids: such a directory makes every start fail with "permission denied".
+function _M.unsearchable_dir(path)
+    local dir = ""
+    for part in path:gmatch("[^/]+") do
+        dir = dir .. "/" .. part
+        local st = safefs.lstat(dir)
+        if not st then
+            return nil
+        end
+        if st.type == "dir" and st.mode % 2 == 0 then
+            return dir
+        end
+    end
+    return nil
+end
+
+
 --- Whether this host lets a process create user namespaces.
 function _M.userns_available()
     local max = tonumber(fs.read_file("/proc/sys/user/max_user_namespaces") or "")
@@ -191,7 +205,7 @@ function _M.container_env(app, inv)
     env.RELAY_TRIGGER = inv.trigger
     env.RELAY_MESSAGE_ID = inv.message_id
     env.RELAY_ATTEMPT = tostring(inv.attempt)
-    env.RELAY_DEADLINE = _M.rfc3339(inv.deadline_ms)
+    env.RELAY_DEADLINE = rfc3339.millis(inv.deadline_ms)
     return env
 end
 

@@ -1,12 +1,11 @@
 --- Runs one handler invocation in its container: the one code path shared by
 -- `relay app invoke` and the worker. Must be called inside a task.
+local apps = require("relay.apps")
 local constants = require("relay.constants")
 local proc = require("relay.core.proc")
 local runtime = require("relay.runtime")
 
 local _M = {}
-
-_M.DEFAULT_TIMEOUT_MS = 60000
 
 
 local function now_ms()
@@ -48,7 +47,7 @@ end
 function _M.run(args)
     local rt, app, entry = args.rt, args.app, args.entry
     local started = now_ms()
-    local timeout_ms = entry.timeout_ms or _M.DEFAULT_TIMEOUT_MS
+    local timeout_ms = entry.timeout_ms or apps.DEFAULT_TIMEOUT_MS
     local drv, err = rt:driver_for(app)
     if not drv then
         return host_failure(err, started)

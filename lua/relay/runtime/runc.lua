@@ -76,6 +76,16 @@ function D:check(app)
         return nil, "user namespaces are disabled on this host (user.max_user_namespaces is 0): " ..
             "Relay never runs a handler without one"
     end
+    local blocked = runtime.unsearchable_dir(self.rt.shared_dir)
+    if blocked then
+        return nil, blocked .. " is not searchable by others: runc resolves the rootfs inside the " ..
+            "container's user namespace (chmod o+x it, or point RELAY_STATE_DIR elsewhere)"
+    end
+    local img = self.rt:image(app)
+    blocked = img and runtime.unsearchable_dir(img.path)
+    if blocked then
+        return nil, "image " .. img.rel .. ": " .. blocked .. " is not searchable by others (chmod o+x it)"
+    end
     return true
 end
 
