@@ -5,11 +5,13 @@
  * Lua coroutine anchored in the registry while C holds it. A task parks itself
  * on exactly one wait at a time. A wait is named by a token (slot + generation)
  * so that a completion arriving after the task moved on, died or was recycled
- * is a logged no-op instead of a resume of the wrong coroutine (pitfall P1).
+ * is a logged no-op instead of a resume of the wrong coroutine.
  *
  * Completions never resume inline: they push their results onto the parked
  * coroutine's stack and queue it; the queue is drained from an ev_prepare
- * watcher, outside any hiredis or libev I/O frame (pitfalls P4, P5, P11).
+ * watcher, outside any hiredis or libev I/O frame: a Lua error or a yield must
+ * never unwind through those frames, and hiredis must not be re-entered from
+ * its own callback.
  *
  * Only binding files (src/lua_*.c) include this header.
  */

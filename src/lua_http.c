@@ -3,7 +3,7 @@
  *
  * The Lua handler runs on the main state from a loop callback, never inside
  * a task: anything that would wait raises the bridge's "can only run inside
- * a relay task" error instead of parking (STYLE practice 9). An error in the
+ * a relay task" error instead of parking. An error in the
  * handler is logged and answered with 500.
  */
 #include <string.h>

@@ -2,9 +2,10 @@
  * relay.core.proc: child processes for Lua (the container runtimes).
  *
  * A handle is a userdata wrapping one relay_proc. While the child runs the
- * handle is anchored in the registry (pitfall P2): a task may drop its
- * reference and the completion still has somewhere to land. on_line runs on
- * the main state under pcall (P4, P11), never on a parked coroutine; its
+ * handle is anchored in the registry (a task may drop its
+ * reference and the completion must still have somewhere to land). on_line runs on
+ * the main state under pcall, never on a parked coroutine (resuming one from
+ * inside a libev callback would unwind Lua errors through C frames); its
  * errors are logged. h:wait() parks the calling task on the bridge.
  */
 #include <signal.h>

@@ -187,7 +187,7 @@ call_answered(void *privdata, redisReply *reply, const char *error)
     lua_State *mailbox = relay_wait_mailbox(call->token);
 
     if (mailbox != NULL) {
-        /* Convert now: the reply dies when this callback returns (P6). */
+        /* Convert now: hiredis frees the reply when this callback returns. */
         push_result(mailbox, reply, error);
         relay_wait_complete(call->token, NULL, NULL);
     }

@@ -699,7 +699,8 @@ proc_release(relay_proc *p)
 }
 
 
-/* Parent side after a successful fork: watchers first (P14), then learn
+/* Parent side after a successful fork: the child watcher first (a child
+ * that exits at once must not be reaped by anyone else), then learn
  * whether exec worked. The blocking read ends at exec (CLOEXEC) or at the
  * child's error report, both immediate. */
 static void

@@ -1,7 +1,7 @@
 /*
  * Async Redis client with reconnect, handshake and per-command watchdogs.
  *
- * hiredis 0.14 facts this file is built around (RELIABILITY.md section 2):
+ * hiredis 0.14 facts this file is built around:
  * - on any disconnect every pending callback runs with a NULL reply, then
  *   onDisconnect (only if the context had connected), then the context is
  *   freed: after that ac is dangling, so we forget it inside the callback;

@@ -1,6 +1,6 @@
 /*
  * A small, strict HTTP/1.x responder on a libev loop, for /metrics and
- * /healthz (relay.md section 9). No thread, never blocking: every socket is
+ * /healthz (README, Observability). No thread, never blocking: every socket is
  * non-blocking and driven by ev_io watchers on the caller's loop.
  *
  * Policy: GET only (405 otherwise), one request per connection (the reply

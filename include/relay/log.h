@@ -1,6 +1,5 @@
 /*
- * Relay's log sink: one line per record on stderr, text or JSON (relay.md
- * section 7). The Lua log module renders structured fields and calls
+ * Relay's log sink: one line per record on stderr, text or JSON. The Lua log module renders structured fields and calls
  * relay_log_write; C code logs through the printf-style helpers.
  */
 #ifndef RELAY_LOG_H

@@ -11,7 +11,7 @@
  * Completion is reported once: after the child was reaped AND both output
  * pipes reached EOF, or were force-closed a bounded time after the exit (an
  * escaped grandchild can hold them open). The child is reaped through an
- * ev_child watcher started right after fork (pitfall P14); this code never
+ * ev_child watcher started right after fork (before anything can reap it); this code never
  * calls waitpid(-1).
  *
  * Callers must ignore SIGPIPE process-wide (a handler that never reads its

@@ -1,5 +1,5 @@
 /*
- * Fire-and-forget UDP for hooks (StatsD and the like, relay.md section 8):
+ * Fire-and-forget UDP for hooks (StatsD and the like, docs/hooks.md):
  * a connected, non-blocking datagram socket whose send never waits. A
  * datagram the kernel cannot take right now is dropped and counted.
  */

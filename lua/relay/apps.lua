@@ -53,8 +53,8 @@ local HANDLER_NAME = "^[A-Za-z0-9_.-]+$"
 local SCHEDULE_NAME = "^[a-z0-9_.-]+$"
 local ENV_NAME = "^[A-Za-z_][A-Za-z0-9_]*$"
 
--- Template defaults and bounds (relay.md section 2); the retries default is the fixed
--- internal of events.md, owned by relay.constants.
+-- Template defaults and bounds (docs/templates.md); the retries default is a lifecycle
+-- constant, owned by relay.constants.
 _M.DEFAULT_TIMEOUT_MS = 60 * 1000
 _M.MAX_TIMEOUT_MS = 15 * 60 * 1000
 _M.DEFAULT_RETRIES = constants.default_retries

@@ -1,6 +1,6 @@
---- Classification of a stream entry before anything runs (events.md):
+--- Classification of a stream entry before anything runs:
 -- schedule occurrence, targeted replay, malformed, unmatched or matched.
--- Precedence (relay.md section 5): relay_schedule, then relay_target, then event.
+-- Precedence: relay_schedule, then relay_target, then event.
 local redis = require("relay.redis")
 
 local _M = {}

@@ -1,4 +1,4 @@
---- Configuration: the environment of relay.md section 1, overridden by flags.
+--- Configuration: the environment variables (README, Configuration), overridden by flags.
 -- Every value is validated strictly; a bad one is an error naming the
 -- variable (or flag) and the value. Nothing silently falls back.
 local duration = require("relay.duration")

@@ -1,4 +1,4 @@
---- The fixed lifecycle internals of events.md and relay.md section 1, defined
+--- The fixed lifecycle internals (docs/lifecycle.md), defined
 -- here and only here. They are never read from the environment: a test build
 -- (cmake -DRELAY_TEST_CONSTANTS=ON) compiles compressed values so integration
 -- suites finish in minutes; release builds have these.

@@ -1,5 +1,5 @@
 --- Tagged exits for CLI commands: raise one, and relay.cli prints
--- `relay: <message>` on stderr and exits with the code (relay.md section 6).
+-- `relay: <message>` on stderr and exits with the code (docs/errors.md).
 local _M = {}
 
 local EXIT_TAG = {}

@@ -1,7 +1,7 @@
---- User hooks (relay.md section 8): RELAY_HOOKS names a Lua file returning a
+--- User hooks (docs/hooks.md): RELAY_HOOKS names a Lua file returning a
 -- table of optional functions on_start, on_event, on_attempt, on_dlq, on_log.
 --
--- The file runs in a sandbox (STYLE practice 12, pitfall P13): an allow-list
+-- The file runs in a sandbox: an allow-list
 -- of the standard library (no io, no os.execute/exit/remove, no os.getenv:
 -- the environment holds the Redis password; no require, package, debug,
 -- coroutine, getfenv/setfenv, string.dump, load of bytecode), an
@@ -22,7 +22,7 @@
 -- ERROR_LOG_INTERVAL_S with the count of suppressed ones, and never changes
 -- an outcome. Hooks do not nest: logging from a hook never reaches on_log.
 --
--- Runaway hooks (pitfall P12): LuaJIT checks count hooks only in the
+-- Runaway hooks: LuaJIT checks count hooks only in the
 -- interpreter, never in compiled traces. So every function of the hooks
 -- file (and any it builds with loadstring) is excluded from the JIT
 -- (jit.off(fn, true)), and each call runs under a LUA_MASKCOUNT hook that

@@ -1,4 +1,4 @@
---- Relay's log: text or JSON lines on stderr (relay.md section 7).
+--- Relay's log: text or JSON lines on stderr.
 --   log.info("message", { key = value, ... })
 -- Handler output goes through log.handler_line, which writes at every level.
 --

@@ -1,4 +1,4 @@
---- This process's metrics (relay.md section 9), kept in memory and rendered
+--- This process's metrics (README, Observability), kept in memory and rendered
 -- in the Prometheus text format. Counters only grow; fleet-wide totals live
 -- in relay:<stream>:stats.
 local _M = {}

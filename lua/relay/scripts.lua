@@ -1,6 +1,6 @@
 --- The server-side Redis scripts: every invocation-state transition is one of
--- these, run atomically with Redis TIME as the only clock (relay.md section 5,
--- RELIABILITY.md section 1). Each does all its reads and checks first and its
+-- these, run atomically with Redis TIME as the only clock (docs/lifecycle.md has
+-- the transition table). Each does all its reads and checks first and its
 -- writes last, because Redis scripts have no rollback.
 --
 -- Markers (field `<app>/<handler>` of relay:<stream>:inv:<id>):

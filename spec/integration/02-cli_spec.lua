@@ -15,7 +15,7 @@ describe("relay CLI", function()
         server:stop()
     end)
 
-    it("lists every command of relay.md section 6 in --help", function()
+    it("lists every command of the README's command table in --help", function()
         local r = cli.run({ "--help" })
         assert.are.equal(0, r.code)
         for _, name in ipairs({ "run", "dev", "publish", "match", "app", "dlq", "schedule", "status", "version" }) do

@@ -1,5 +1,5 @@
 -- `relay match` and `relay app validate`, run as the built binary on the fixtures under
--- spec/fixtures: stdout, stderr and exit codes (relay.md section 6).
+-- spec/fixtures: stdout, stderr and exit codes.
 local ffi = require("ffi")
 
 pcall(ffi.cdef, "long readlink(const char *path, char *buf, size_t size);")

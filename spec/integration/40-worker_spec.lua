@@ -161,7 +161,7 @@ maybe("relay run", function()
         assert.are.same({}, w:dlq())
     end)
 
-    it("dead-letters each malformed message once with the events.md fields, then acknowledges it", function()
+    it("dead-letters each malformed message once with the documented DLQ fields, then acknowledges it", function()
         local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "300000" })
         w:ready(d)
         local cases = {

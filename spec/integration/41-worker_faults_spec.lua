@@ -1,4 +1,4 @@
--- `relay run` under faults (RELIABILITY.md section 4), on the test build's
+-- `relay run` under faults, on the test build's
 -- compressed constants (backoff 1/2/5/10 s, MinPendingIdle 1 s, reclaim
 -- every 250 ms, heartbeat TTL 1 s): a poison handler (14), SIGKILL and
 -- restart with the same (1) or a new (2) consumer name, the SIGTERM drain

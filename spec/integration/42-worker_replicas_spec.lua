@@ -1,5 +1,5 @@
 -- `relay run` with several replicas and against outside interference with
--- the stream (RELIABILITY.md section 4, scenarios 9, 11 and 13), on the test
+-- the stream (replicas sharing the stream, zombie fencing, the consumer guard), on the test
 -- build's compressed constants. Real redis-server, real runc.
 local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
@@ -137,7 +137,7 @@ maybe("relay run replicas and stream interference #compressed", function()
         assert.are.equal(2, missing_total(w))
         assert.is_true(d1:count("no body") >= 1)
         -- the loss was settled (and the state retained) while the handlers
-        -- still ran: their late success is inert (events.md), the kept one's
+        -- still ran: their late success is inert, the kept one's
         -- is recorded
         for _, id in ipairs({ ids[1], ids[2] }) do
             assert.matches("^running:1:" .. TOKEN .. ":%d+$", w:inv(id)["wa/sleep"])

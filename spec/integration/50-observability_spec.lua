@@ -1,4 +1,4 @@
--- Observability end to end (relay.md sections 6-9): the real daemon with
+-- Observability end to end: the real daemon with
 -- runc, JSON logs, a hooks file and the metrics address, fed a known
 -- workload (3 succeed, 1 fails with retries: 0, 2 unmatched, 1 malformed).
 -- Asserts exact /metrics values, /healthz, the hooks' calls and fields, that

@@ -1,4 +1,4 @@
--- relay.config: every variable of relay.md section 1, strictly.
+-- relay.config: every variable of the README's Configuration, strictly.
 local config = require("relay.config")
 
 describe("config", function()

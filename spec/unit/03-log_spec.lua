@@ -1,4 +1,4 @@
--- relay.log: text and JSON records on stderr (relay.md section 7), checked
+-- relay.log: text and JSON records on stderr, checked
 -- through a real relay process so that the C sink is what writes them.
 local cjson = require("cjson")
 local cli = require("helpers.cli")

@@ -1,5 +1,4 @@
--- Pattern conformance: every sentence of events.md "Pattern syntax" .. "Combining conditions"
--- and relay.md section 2 "Pattern semantics beyond events.md", through the real validator
+-- Pattern conformance: every rule of docs/patterns.md, through the real validator
 -- (relay.pattern) and the real C matcher (relay.core.matcher).
 local yaml = require("relay.yaml")
 local pattern = require("relay.pattern")
@@ -37,7 +36,7 @@ local function rejects(text, want)
 end
 
 
-describe("pattern syntax (events.md)", function()
+describe("pattern syntax", function()
     it("a field's condition is an ordered list of alternatives (OR)", function()
         check("status: [COMPLETED, FAILED]", {
             { '{"status":"COMPLETED"}', true },
@@ -48,7 +47,7 @@ describe("pattern syntax (events.md)", function()
             compile("status: [COMPLETED, FAILED]"))
     end)
 
-    it("the example rule from events.md matches its event", function()
+    it("the example rule of docs/patterns.md matches its event", function()
         check("event_name: [INSERT]\ntable_name: [users]", {
             { '{"event_name":"INSERT","table_name":"users"}', true },
             { '{"event_name":"INSERT","table_name":"orders"}', false },
@@ -162,7 +161,7 @@ describe("pattern syntax (events.md)", function()
 end)
 
 
-describe("operators (events.md)", function()
+describe("operators", function()
     it("prefix: string value starts with the prefix; non-strings never match", function()
         check('id: [{prefix: "user_"}]', {
             { '{"id":"user_123"}', true },
@@ -220,7 +219,7 @@ describe("operators (events.md)", function()
 end)
 
 
-describe("comparison operators with now() (events.md)", function()
+describe("comparison operators with now()", function()
     it("compiles now(), now()-D, now()+D and compound durations to offsets", function()
         assert.are.equal('{"t":[{"gt":{"now":-300000}},{"lt":{"now":600000}},{"gte":{"now":0}},'
             .. '{"lte":{"now":-5400000}}]}',
@@ -299,7 +298,7 @@ describe("comparison operators with now() (events.md)", function()
 end)
 
 
-describe("exists, recursively (events.md)", function()
+describe("exists, recursively", function()
     it("new_image: [{exists: true}] checks the top-level key", function()
         check("new_image: [{exists: true}]", { { '{"new_image":null}', true }, { '{}', false } })
     end)
@@ -320,7 +319,7 @@ describe("exists, recursively (events.md)", function()
 end)
 
 
-describe("combining conditions (events.md)", function()
+describe("combining conditions", function()
     it("siblings and nested children are AND; alternatives OR", function()
         check("a: [1, 2]\nb: {c: [x], d: [{prefix: y}]}", {
             { '{"a":2,"b":{"c":"x","d":"yz"}}', true },
@@ -342,7 +341,7 @@ describe("combining conditions (events.md)", function()
 end)
 
 
-describe("pattern semantics beyond events.md (relay.md section 2)", function()
+describe("pattern semantics: literals, arrays, validity", function()
     it("literal equality is typed", function()
         check("n: [70]", { { '{"n":70}', true }, { '{"n":70.0}', true }, { '{"n":7e1}', true },
             { '{"n":"70"}', false } })

@@ -1,4 +1,4 @@
--- relay.apps: template validation (relay.md sections 2 and 4), discovery, reload merging and
+-- relay.apps: template validation, discovery, reload merging and
 -- the matcher built over every loaded app.
 local apps = require("relay.apps")
 local yaml = require("relay.yaml")
@@ -34,7 +34,7 @@ end
 
 
 describe("template validation", function()
-    it("accepts the relay.md example and applies its values", function()
+    it("accepts the reference example and applies its values", function()
         local app = ok([[
 runtime:
   driver: runc                # optional per-app override of RELAY_RUNTIME

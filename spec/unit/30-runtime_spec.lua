@@ -1,5 +1,5 @@
 -- The container runtime: what each driver builds (commands, OCI bundle), the
--- container environment contract of relay.md section 3, outcome classification.
+-- container environment contract of docs/templates.md, outcome classification.
 -- No container is started here (spec/integration/30-runc_spec.lua does that).
 local fs = require("relay.fs")
 local json = require("relay.runtime.json")
@@ -101,7 +101,7 @@ describe("runtime", function()
         assert.are.equal(512 * 1024, runtime.limits({ runtime = { memory = "512Ki" } }).memory)
     end)
 
-    it("writes reasons as relay.md says", function()
+    it("writes reasons as docs/templates.md says", function()
         assert.are.equal("exit status 3", runtime.reason({ status = 3 }))
         assert.are.equal("timeout after 20s", runtime.reason({ timed_out = true, timeout_ms = 20000, signal = 9 }))
         assert.are.equal("killed by signal 9", runtime.reason({ signal = 9 }))

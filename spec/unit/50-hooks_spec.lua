@@ -1,4 +1,4 @@
--- User hooks (relay.md section 8): loading, the sandbox, no waiting, errors
+-- User hooks: loading, the sandbox, no waiting, errors
 -- that are logged (rate-limited) and change nothing, runaway hooks cut off,
 -- absent hooks, relay.udp, and the two examples.
 local cli = require("helpers.cli")

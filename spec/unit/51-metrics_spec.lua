@@ -1,5 +1,5 @@
 -- The metrics registry's Prometheus text format (0.0.4) and the responder's
--- answers for /metrics, /healthz and everything else (relay.md section 9).
+-- answers for /metrics, /healthz and everything else.
 local metrics = require("relay.metrics")
 local observe = require("relay.observe")
 local loop = require("relay.core.loop")
@@ -47,7 +47,7 @@ end
 
 
 describe("metrics", function()
-    it("renders HELP and TYPE for every family of relay.md section 9, and valid sample lines", function()
+    it("renders HELP and TYPE for every documented family, and valid sample lines", function()
         local text = metrics.new():render()
         assert.are.equal("\n", text:sub(-1))
         for name, kind in pairs(FAMILIES) do

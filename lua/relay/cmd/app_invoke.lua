@@ -75,7 +75,7 @@ local function pass_through(stream, line, partial)
 end
 
 
---- Exit code for an outcome (relay.md section 6).
+--- Exit code for an outcome (docs/errors.md).
 function _M.exit_code(outcome, interrupted)
     if outcome.host_failure then
         return EXIT_HOST

@@ -1,4 +1,4 @@
---- relay app ls: one tab-separated line per app (relay.md section 6):
+--- relay app ls: one tab-separated line per app:
 -- name, state (ok, invalid, unavailable, paused), driver, handlers,
 -- schedules, effective concurrency, note. Empty columns print as `-`; the
 -- note is last because it may hold spaces. --json: one object per line.

@@ -1,5 +1,5 @@
 --- relay app pause APP / relay app resume APP: the fleet-wide paused set
--- (relay.md section 5). A paused app is unavailable: its matched
+-- (the set relay:<stream>:paused). A paused app is unavailable: its matched
 -- invocations stay pending until it is resumed.
 local apps = require("relay.apps")
 local config = require("relay.config")

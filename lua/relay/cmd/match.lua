@@ -1,4 +1,5 @@
---- relay match: which invocations an event would start (relay.md section 6).
+--- relay match: which invocations an event would start (docs/patterns.md).
+-- Exit 0 on a match, 1 on none, 2 on a usage error.
 --   relay match [--apps DIR] --event JSON          one `<app>/<handler>` line per match
 --   relay match --pattern FILE --event JSON        `match` / `no match`
 --   relay match [--apps DIR | --pattern FILE] --events FILE [--count]

@@ -3,7 +3,7 @@
 --
 -- Exit status 125 is the engine's own error (a host failure, not an
 -- attempt); 126/127 (command not executable / not found in the image) are
--- the handler's failure, as relay.md section 3 says. The CLI proxies our
+-- the handler's failure (docs/templates.md). The CLI proxies our
 -- SIGTERM to the container; the KILL step is `<engine> kill`, then `rm -f`.
 --
 -- Hardening matches runc's: Relay's own seccomp profile (written once per

@@ -191,7 +191,7 @@ function _M.init_binary(app)
 end
 
 
---- The container's environment as a {K=V} table (relay.md section 3).
+--- The container's environment as a {K=V} table (docs/templates.md).
 -- inv: { handler, trigger, message_id, attempt, deadline_ms }
 function _M.container_env(app, inv)
     local env = { PATH = _M.CONTAINER_PATH, PYTHONUNBUFFERED = "1" }
@@ -225,7 +225,8 @@ function _M.env_list(env)
 end
 
 
---- The reason string of a failed attempt (relay.md section 3).
+--- The reason string of a failed attempt: `exit status 3`, `timeout after 20s`,
+-- `killed by signal 9`.
 function _M.reason(o)
     if o.timed_out then
         return "timeout after " .. duration.format_duration(o.timeout_ms or 0)

@@ -43,7 +43,7 @@ end
 -- }
 -- Returns { ok, status, signal, timed_out, reason, host_failure, duration_ms,
 --           detail, container_id }. host_failure means the host could not
--- start the container: not an attempt (relay.md section 3).
+-- start the container: not an attempt (its claim is released uncharged).
 function _M.run(args)
     local rt, app, entry = args.rt, args.app, args.entry
     local started = now_ms()

@@ -1,5 +1,5 @@
 --- The podman driver: docker.lua's command with podman's needs on this kind
--- of host (CONTAINERS.md section 2): `--runtime runc` (its default crun
+-- of host: `--runtime runc` (its default crun
 -- refuses cgroup v1 hybrid hosts) and a containers.conf with
 -- `default_ulimits = []` (raising rlimits needs CAP_SYS_RESOURCE).
 local fs = require("relay.fs")

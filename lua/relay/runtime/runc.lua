@@ -236,7 +236,7 @@ local function resources(limits)
 end
 
 
---- The locked-down OCI config of one invocation (CONTAINERS.md section 1).
+--- The locked-down OCI config of one invocation.
 function D:config(app, inv, id, rootfs, init_bin)
     local limits = runtime.limits(app)
     local block = ids.for_app(app)
