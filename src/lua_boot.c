@@ -26,14 +26,22 @@ int luaopen_relay_core_http(lua_State *L);
 int luaopen_relay_core_udp(lua_State *L);
 int luaopen_relay_core_seccomp(lua_State *L);
 int luaopen_relay_core_safefs(lua_State *L);
+int luaopen_relay_core_notify(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
-    {"relay.core.loop", luaopen_relay_core_loop},       {"relay.core.log", luaopen_relay_core_log},
-    {"relay.core.redis", luaopen_relay_core_redis},     {"relay.core.build", luaopen_relay_core_build},
-    {"relay.core.matcher", luaopen_relay_core_matcher}, {"relay.core.yaml", luaopen_relay_core_yaml},
-    {"relay.core.proc", luaopen_relay_core_proc},       {"relay.core.http", luaopen_relay_core_http},
-    {"relay.core.udp", luaopen_relay_core_udp},         {"relay.core.seccomp", luaopen_relay_core_seccomp},
-    {"relay.core.safefs", luaopen_relay_core_safefs},   {NULL, NULL},
+    {"relay.core.loop", luaopen_relay_core_loop},
+    {"relay.core.log", luaopen_relay_core_log},
+    {"relay.core.redis", luaopen_relay_core_redis},
+    {"relay.core.build", luaopen_relay_core_build},
+    {"relay.core.matcher", luaopen_relay_core_matcher},
+    {"relay.core.yaml", luaopen_relay_core_yaml},
+    {"relay.core.proc", luaopen_relay_core_proc},
+    {"relay.core.http", luaopen_relay_core_http},
+    {"relay.core.udp", luaopen_relay_core_udp},
+    {"relay.core.seccomp", luaopen_relay_core_seccomp},
+    {"relay.core.safefs", luaopen_relay_core_safefs},
+    {"relay.core.notify", luaopen_relay_core_notify},
+    {NULL, NULL},
 };
 
 

@@ -54,6 +54,74 @@ lua_log_write(lua_State *L)
 
 
 /***
+ * @function log.write_output(level, msg, rendered_fields)
+ * write for a line of handler output: it may fill only part of the
+ * asynchronous sink's buffer, so that Relay's own records still fit.
+ */
+static int
+lua_log_write_output(lua_State *L)
+{
+    int level = luaL_checkoption(L, 1, NULL, LEVEL_NAMES);
+    size_t msg_len, fields_len = 0;
+    const char *msg = luaL_checklstring(L, 2, &msg_len);
+    const char *fields = luaL_optlstring(L, 3, NULL, &fields_len);
+
+    relay_log_write_output((relay_log_level)level, msg, msg_len, fields, fields_len);
+    return 0;
+}
+
+
+/***
+ * @function log.start_async(buffer_bytes)
+ * From now on records are queued (at most buffer_bytes) and written by the
+ * sink's own thread; what does not fit is dropped and counted.
+ * @return true | nil, err
+ */
+static int
+lua_log_start_async(lua_State *L)
+{
+    lua_Number bytes = luaL_checknumber(L, 1);
+
+    luaL_argcheck(L, bytes >= 4096, 1, "needs at least 4096 bytes");
+    if (relay_log_start_async((size_t)bytes) != 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "cannot start the log writer");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+
+/***
+ * @function log.flush(timeout_s)
+ * Waits up to timeout_s (default 2) for the queued records to be written.
+ */
+static int
+lua_log_flush(lua_State *L)
+{
+    relay_log_flush(luaL_optnumber(L, 1, RELAY_LOG_EXIT_FLUSH_S));
+    return 0;
+}
+
+
+/***
+ * @function log.dropped()
+ * @return records, bytes dropped since the start
+ */
+static int
+lua_log_dropped(lua_State *L)
+{
+    unsigned long long records, bytes;
+
+    relay_log_dropped(&records, &bytes);
+    lua_pushnumber(L, (lua_Number)records);
+    lua_pushnumber(L, (lua_Number)bytes);
+    return 2;
+}
+
+
+/***
  * @function log.raw_line(prefix, line)
  * Writes prefix .. line .. "\n" with one write (handler output, text mode).
  */
@@ -109,6 +177,10 @@ luaopen_relay_core_log(lua_State *L)
         {"configure", lua_log_configure},
         {"enabled", lua_log_enabled},
         {"write", lua_log_write},
+        {"write_output", lua_log_write_output},
+        {"start_async", lua_log_start_async},
+        {"flush", lua_log_flush},
+        {"dropped", lua_log_dropped},
         {"raw_line", lua_log_raw_line},
         {"json_quote", lua_log_json_quote},
         {"is_json", lua_log_is_json},

@@ -177,12 +177,16 @@ lua_loop_on_signal(lua_State *L)
 
 /***
  * @function loop.exit(code)
- * Ends the process at once without unwinding (for a second shutdown signal).
+ * Ends the process without unwinding (for a second shutdown signal), once
+ * the queued log records are written (at most RELAY_LOG_EXIT_FLUSH_S).
  */
 static int
 lua_loop_exit(lua_State *L)
 {
-    _exit((int)luaL_checkinteger(L, 1));
+    int code = (int)luaL_checkinteger(L, 1);
+
+    relay_log_flush(RELAY_LOG_EXIT_FLUSH_S); /* _exit skips the sink's atexit flush */
+    _exit(code);
     return 0;
 }
 

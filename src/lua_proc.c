@@ -147,7 +147,7 @@ on_line(void *ud, int stream, const char *bytes, size_t len, int partial)
     top = lua_gettop(L);
     lua_pushcfunction(L, relay_lua_traceback);
     lua_rawgeti(L, LUA_REGISTRYINDEX, h->on_line_ref);
-    lua_pushstring(L, stream == RELAY_PROC_STDOUT ? "stdout" : "stderr");
+    lua_pushstring(L, stream == RELAY_PROC_STDOUT ? "stdout" : stream == RELAY_PROC_STDERR ? "stderr" : "control");
     lua_pushlstring(L, bytes, len);
     lua_pushboolean(L, partial);
     if (lua_pcall(L, 3, 0, top + 1) != 0) {
@@ -324,6 +324,9 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
     lua_getfield(L, 1, "keep_group");
     o->keep_group = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 1, "control");
+    o->control = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     fill_identity(L, o);
     o->on_line = on_line;
     o->on_done = on_done;
@@ -338,7 +341,9 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
  * opts: argv (list, required), env ({K=V}, nil = inherit), cwd, stdin (string),
  * timeout, grace, drain, kill_delay (seconds), line_max, keep_group,
  * cgroup_procs (list of cgroup.procs files to join before exec), then
- * pass_fds (list: they become fds 3, 4, ...), nofile, no_core (rlimits),
+ * pass_fds (list: they become fds 3, 4, ...), control (true: a control
+ * socket as the next descriptor; its lines come to on_line as stream
+ * "control", see relay/proc.h), nofile, no_core (rlimits),
  * uid and gid (setgroups({}), setgid, setuid before exec),
  * on_line = function(stream, line, partial), term_argv, kill_argv (driver
  * hooks run at the TERM and KILL steps of the deadline).

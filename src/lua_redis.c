@@ -1,7 +1,7 @@
 /*
  * relay.core.redis: Redis for Lua.
  *
- *   local client, err = redis.connect(addr, timeout)   -- async, yields
+ *   local client, err = redis.connect(addr, timeout[, max_reply_bytes])   -- async, yields
  *   local value, err, kind = client:call("XADD", ...)  -- yields the task
  *   local sync, err = redis.connect_blocking(addr, timeout)
  *
@@ -10,6 +10,8 @@
  * lightuserdata as cjson.null), an error inside an array → {err = "…"}.
  * A top-level error reply returns nil, message, "reply"; a transport
  * failure (lost connection, timeout, not connected) nil, message, "io".
+ * redis.reply_object_bytes: what each reply object counts against a
+ * client's max_reply_bytes besides its own bytes.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,7 +31,9 @@ typedef struct {
     relay_redis *conn;
     relay_wait_token connect_token;
     int connect_waiting;
-    int self_ref; /* anchors the userdata until the first handshake ends */
+    int self_ref;      /* anchors the userdata until the first handshake ends */
+    int was_connected; /* a first handshake succeeded */
+    int unreachable;   /* counted in clients_unreachable */
 } async_client;
 
 typedef struct {
@@ -40,11 +44,32 @@ typedef struct {
 typedef struct {
     relay_wait_token token;
     relay_redis_request *req;
+    async_client *client;
 } pending_call;
+
+/* Whether Redis is reachable, for the whole process (redis.reachable): an
+ * async client counts as cut off from the moment it loses an established
+ * connection or a command of it fails in transport (a watchdog's timeout
+ * comes before the reset) until it is connected again or a reply arrives. */
+static int clients_unreachable;
+static char unreachable_error[256];
 
 
 static void
-push_reply(lua_State *L, const redisReply *reply, int top_level)
+set_unreachable(async_client *c, int unreachable, const char *error)
+{
+    if (unreachable && error != NULL) {
+        snprintf(unreachable_error, sizeof(unreachable_error), "%s", error);
+    }
+    if (c->unreachable != unreachable) {
+        c->unreachable = unreachable;
+        clients_unreachable += unreachable ? 1 : -1;
+    }
+}
+
+
+static void
+push_reply(lua_State *L, redisReply *reply, int top_level)
 {
     switch (reply->type) {
     case REDIS_REPLY_STRING:
@@ -76,6 +101,10 @@ push_reply(lua_State *L, const redisReply *reply, int top_level)
         for (size_t i = 0; i < reply->elements; i++) {
             push_reply(L, reply->element[i], 0);
             lua_rawseti(L, -2, (int)i + 1);
+            /* Each element goes as soon as Lua has its copy, so that a large
+             * reply is never held twice over (freeReplyObject skips NULL). */
+            freeReplyObject(reply->element[i]);
+            reply->element[i] = NULL;
         }
         break;
     default:
@@ -85,9 +114,10 @@ push_reply(lua_State *L, const redisReply *reply, int top_level)
 }
 
 
-/* Pushes the Lua result triple for a reply (or a transport error). */
+/* Pushes the Lua result triple for a reply (or a transport error). An
+ * array reply's elements are freed as they are converted. */
 static int
-push_result(lua_State *L, const redisReply *reply, const char *io_error)
+push_result(lua_State *L, redisReply *reply, const char *io_error)
 {
     if (reply == NULL) {
         lua_pushnil(L);
@@ -186,6 +216,9 @@ call_answered(void *privdata, redisReply *reply, const char *error)
     pending_call *call = privdata;
     lua_State *mailbox = relay_wait_mailbox(call->token);
 
+    if (call->client != NULL) {
+        set_unreachable(call->client, reply == NULL, error);
+    }
     if (mailbox != NULL) {
         /* Convert now: hiredis frees the reply when this callback returns. */
         push_result(mailbox, reply, error);
@@ -218,6 +251,7 @@ async_call_with(lua_State *L, double timeout_s, int first_word)
     if (call == NULL) {
         return luaL_error(L, "out of memory");
     }
+    call->client = c;
     call->req = relay_redis_command(c->conn, argc, argv, argvlen, timeout_s, call_answered, call, err, sizeof(err));
     if (call->req == NULL) {
         free(call);
@@ -263,6 +297,10 @@ connect_state_changed(void *ud, int connected, const char *error)
 {
     async_client *c = ud;
 
+    if (connected || c->was_connected) {
+        set_unreachable(c, !connected, error);
+    }
+    c->was_connected |= connected;
     if (!c->connect_waiting) {
         return;
     }
@@ -306,10 +344,14 @@ connect_abandoned(void *owner)
 
 
 /***
- * @function redis.connect(addr, timeout)
+ * @function redis.connect(addr, timeout, max_reply_bytes)
  * Opens an async client and parks the task until the first handshake
  * succeeds or fails. addr = {host=, port=, path=, user=, password=, db=}.
  * Afterwards the client reconnects by itself with capped backoff.
+ * max_reply_bytes (optional) caps what one reply may hold while it is read
+ * (redis.reply_object_bytes per object on top of its bytes); a command
+ * whose reply is larger fails with "reply too large …" and the connection
+ * is reset.
  * @return client | nil, err[, client to close]
  */
 static int
@@ -317,6 +359,7 @@ lua_redis_connect(lua_State *L)
 {
     relay_redis_addr addr;
     double timeout_s = luaL_optnumber(L, 2, 5.0);
+    lua_Number max_reply = luaL_optnumber(L, 3, 0);
     async_client *c;
 
     read_addr(L, 1, &addr);
@@ -325,10 +368,12 @@ lua_redis_connect(lua_State *L)
     c->self_ref = LUA_NOREF;
     luaL_getmetatable(L, ASYNC_CLASS);
     lua_setmetatable(L, -2);
+    luaL_argcheck(L, max_reply >= 0, 3, "must not be negative");
     c->conn = relay_redis_new(relay_bridge_loop(), &addr, connect_state_changed, c);
     if (c->conn == NULL) {
         return luaL_error(L, "out of memory");
     }
+    relay_redis_limit_reply(c->conn, (size_t)max_reply);
     lua_pushvalue(L, -1);
     c->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     c->connect_waiting = 1;
@@ -384,9 +429,30 @@ lua_redis_async_close(lua_State *L)
     if (c->conn != NULL) {
         relay_redis *conn = c->conn;
         c->conn = NULL;
-        relay_redis_free(conn);
+        relay_redis_free(conn); /* answers its pending calls: "closed" */
     }
+    set_unreachable(c, 0, NULL);
     return 0;
+}
+
+
+/***
+ * @function redis.reachable()
+ * Whether Redis is reachable as far as this process's async clients know:
+ * false from an established connection's loss or a command's transport
+ * failure until the client is connected again or a reply arrives.
+ * @return true | false, the last transport error
+ */
+static int
+lua_redis_reachable(lua_State *L)
+{
+    if (clients_unreachable == 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, unreachable_error);
+    return 2;
 }
 
 
@@ -526,6 +592,7 @@ luaopen_relay_core_redis(lua_State *L)
     static const luaL_Reg functions[] = {
         {"connect", lua_redis_connect},
         {"connect_blocking", lua_redis_connect_blocking},
+        {"reachable", lua_redis_reachable},
         {NULL, NULL},
     };
 
@@ -533,5 +600,7 @@ luaopen_relay_core_redis(lua_State *L)
     relay_lua_new_module(L, SYNC_CLASS, sync_methods, functions);
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
+    lua_pushinteger(L, RELAY_REDIS_REPLY_OBJECT_BYTES);
+    lua_setfield(L, -2, "reply_object_bytes");
     return 1;
 }

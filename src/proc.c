@@ -5,7 +5,8 @@
  * drained (both output pipes at EOF, or force-closed drain_s after the reap)
  * -> done (on_done called once). The deadline runs TERM -> grace -> KILL on
  * the whole process group, never on the leader alone: a container runtime
- * and whatever it forked must all go.
+ * and whatever it forked must all go. The optional control socket is a
+ * third stream that completion does not wait for (see drain_control).
  */
 /* pipe2 */
 #define _GNU_SOURCE
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -43,7 +45,7 @@ struct relay_stream {
     int fd;
     int which;
     char *buf;
-    size_t len;
+    size_t len, cap;
     int eof;
     relay_proc *owner;
 };
@@ -64,7 +66,7 @@ struct relay_proc {
     int in_fd;
     char *in_data;
     size_t in_len, in_off;
-    struct relay_stream out, err;
+    struct relay_stream out, err, ctl;
     ev_timer deadline, grace, drain;
 
     int reaped, done, term_sent, kill_hooked, kill_sent;
@@ -77,6 +79,7 @@ static int live_procs;
 
 #define MIN_FD 3
 #define READS_PER_EVENT 4
+#define MAX_PASS_FDS 16
 
 
 static double
@@ -121,6 +124,19 @@ make_pipe(int fds[2])
         return -1;
     }
     return 0;
+}
+
+
+/* The control socket pair: [0] stays here, [1] goes to the child. */
+static int
+make_socketpair(int fds[2])
+{
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+        return -1;
+    }
+    fds[0] = fd_high(fds[0]);
+    fds[1] = fd_high(fds[1]);
+    return fds[0] < 0 || fds[1] < 0 ? -1 : 0;
 }
 
 
@@ -269,27 +285,27 @@ child_cloexec_all(void)
  * error pipe) above the targets, so no dup2 overwrites one still needed.
  * Returns the error pipe's new number. */
 static int
-child_pass_fds(const relay_proc_opts *o, int errfd)
+child_pass_fds(const int *fds, size_t n, int errfd)
 {
-    int high = 3 + (int)o->n_pass_fds + 16;
-    int moved[16];
+    int high = 3 + (int)n + 16;
+    int moved[MAX_PASS_FDS + 1];
     size_t i;
 
-    if (o->n_pass_fds == 0) {
+    if (n == 0) {
         return errfd;
     }
-    if (o->n_pass_fds > 16) {
+    if (n > MAX_PASS_FDS + 1) {
         errno = EMFILE;
         child_fail(errfd, STAGE_FDS, 0);
     }
     errfd = fcntl(errfd, F_DUPFD_CLOEXEC, high);
-    for (i = 0; i < o->n_pass_fds; i++) {
-        moved[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, high);
+    for (i = 0; i < n; i++) {
+        moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, high);
         if (moved[i] < 0) {
             child_fail(errfd, STAGE_FDS, (int)i);
         }
     }
-    for (i = 0; i < o->n_pass_fds; i++) {
+    for (i = 0; i < n; i++) {
         /* dup2 clears close-on-exec on the new descriptor */
         if (dup2(moved[i], 3 + (int)i) < 0) {
             child_fail(errfd, STAGE_FDS, (int)i);
@@ -325,7 +341,7 @@ child_limits_and_ids(const relay_proc_opts *o, int errfd)
 
 
 static void
-child_exec(const relay_proc_opts *o, const char *path, int in_rd, int out_wr, int err_wr, int errfd)
+child_exec(const relay_proc_opts *o, const char *path, const int std[3], const int *fds, size_t n_fds, int errfd)
 {
     struct sigaction sa;
     sigset_t all;
@@ -343,11 +359,11 @@ child_exec(const relay_proc_opts *o, const char *path, int in_rd, int out_wr, in
     sigprocmask(SIG_SETMASK, &all, NULL);
 
     child_join_cgroups(o->cgroup_procs, errfd);
-    if (dup2(in_rd, 0) < 0 || dup2(out_wr, 1) < 0 || dup2(err_wr, 2) < 0) {
+    if (dup2(std[0], 0) < 0 || dup2(std[1], 1) < 0 || dup2(std[2], 2) < 0) {
         child_fail(errfd, STAGE_STDIO, 0);
     }
     child_cloexec_all();
-    errfd = child_pass_fds(o, errfd);
+    errfd = child_pass_fds(fds, n_fds, errfd);
     child_limits_and_ids(o, errfd);
     if (o->cwd != NULL && chdir(o->cwd) != 0) {
         child_fail(errfd, STAGE_CHDIR, 0);
@@ -399,6 +415,7 @@ stop_all(relay_proc *p)
     ev_io_stop(p->loop, &p->in_io);
     ev_io_stop(p->loop, &p->out.io);
     ev_io_stop(p->loop, &p->err.io);
+    ev_io_stop(p->loop, &p->ctl.io);
     ev_timer_stop(p->loop, &p->deadline);
     ev_timer_stop(p->loop, &p->grace);
     ev_timer_stop(p->loop, &p->drain);
@@ -434,12 +451,42 @@ stream_close(relay_proc *p, struct relay_stream *s)
 }
 
 
+static void emit_lines(relay_proc *p, struct relay_stream *s);
+
+
+/* The control stream never holds completion up (a container may outlive
+ * its runtime); what is in it when the rest is done is read (a bounded
+ * number of times: a writer cannot keep us here), then it is closed, which
+ * also ends a supervisor still waiting on it. */
+static void
+drain_control(relay_proc *p)
+{
+    struct relay_stream *s = &p->ctl;
+    ssize_t n;
+    int i;
+
+    for (i = 0; i < READS_PER_EVENT && !s->eof; i++) {
+        n = read(s->fd, s->buf + s->len, s->cap - s->len);
+        if (n > 0) {
+            s->len += (size_t)n;
+            emit_lines(p, s);
+        } else if (!(n < 0 && errno == EINTR)) {
+            break;
+        }
+    }
+    if (!s->eof) {
+        stream_close(p, s);
+    }
+}
+
+
 static void
 maybe_finish(relay_proc *p)
 {
     if (p->done || !p->reaped || !p->out.eof || !p->err.eof) {
         return;
     }
+    drain_control(p);
     stop_all(p);
     close_stdin(p);
     p->done = 1;
@@ -473,7 +520,7 @@ emit_lines(relay_proc *p, struct relay_stream *s)
         memmove(s->buf, s->buf + start, s->len - start);
         s->len -= start;
     }
-    if (s->len == p->line_max) {
+    if (s->len == s->cap) {
         /* a full buffer without a newline: emit it as a piece, keep draining */
         if (p->on_line != NULL) {
             p->on_line(p->ud, s->which, s->buf, s->len, 1);
@@ -496,7 +543,7 @@ stream_cb(struct ev_loop *loop, ev_io *w, int revents)
     /* a bounded number of reads per event keeps a flood from starving
      * the rest of the loop (heartbeats, redis) */
     for (i = 0; i < READS_PER_EVENT; i++) {
-        n = read(s->fd, s->buf + s->len, p->line_max - s->len);
+        n = read(s->fd, s->buf + s->len, s->cap - s->len);
         if (n > 0) {
             s->len += (size_t)n;
             emit_lines(p, s);
@@ -646,6 +693,17 @@ deadline_cb(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- spawn ---- */
 
+static void
+proc_release(relay_proc *p)
+{
+    free(p->out.buf);
+    free(p->err.buf);
+    free(p->ctl.buf);
+    free(p->in_data);
+    free(p);
+}
+
+
 static relay_proc *
 proc_alloc(struct ev_loop *loop, const relay_proc_opts *o)
 {
@@ -665,20 +723,23 @@ proc_alloc(struct ev_loop *loop, const relay_proc_opts *o)
     p->kill_delay_s = o->kill_delay_s;
     p->line_max = o->line_max > 0 ? o->line_max : RELAY_PROC_LINE_MAX;
     p->keep_group = o->keep_group;
-    p->in_fd = p->out.fd = p->err.fd = -1;
+    p->in_fd = p->out.fd = p->err.fd = p->ctl.fd = -1;
     p->out.which = RELAY_PROC_STDOUT;
     p->err.which = RELAY_PROC_STDERR;
-    p->out.owner = p->err.owner = p;
+    p->ctl.which = RELAY_PROC_CONTROL;
+    p->out.owner = p->err.owner = p->ctl.owner = p;
+    p->out.cap = p->err.cap = p->line_max;
+    p->ctl.cap = RELAY_PROC_CONTROL_LINE_MAX;
+    p->ctl.eof = !o->control;
     p->out.buf = malloc(p->line_max);
     p->err.buf = malloc(p->line_max);
+    p->ctl.buf = o->control ? malloc(p->ctl.cap) : NULL;
     if (o->stdin_len > 0) {
         p->in_data = malloc(o->stdin_len);
     }
-    if (p->out.buf == NULL || p->err.buf == NULL || (o->stdin_len > 0 && p->in_data == NULL)) {
-        free(p->out.buf);
-        free(p->err.buf);
-        free(p->in_data);
-        free(p);
+    if (p->out.buf == NULL || p->err.buf == NULL || (o->control && p->ctl.buf == NULL)
+        || (o->stdin_len > 0 && p->in_data == NULL)) {
+        proc_release(p);
         return NULL;
     }
     if (o->stdin_len > 0) {
@@ -686,16 +747,6 @@ proc_alloc(struct ev_loop *loop, const relay_proc_opts *o)
         p->in_len = o->stdin_len;
     }
     return p;
-}
-
-
-static void
-proc_release(relay_proc *p)
-{
-    free(p->out.buf);
-    free(p->err.buf);
-    free(p->in_data);
-    free(p);
 }
 
 
@@ -732,6 +783,12 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     p->err.io.data = &p->err;
     ev_io_start(p->loop, &p->out.io);
     ev_io_start(p->loop, &p->err.io);
+    if (p->ctl.fd >= 0) {
+        set_nonblock(p->ctl.fd);
+        ev_io_init(&p->ctl.io, stream_cb, p->ctl.fd, EV_READ);
+        p->ctl.io.data = &p->ctl;
+        ev_io_start(p->loop, &p->ctl.io);
+    }
     ev_init(&p->grace, grace_cb);
     p->grace.data = p;
     ev_init(&p->drain, drain_cb);
@@ -750,15 +807,34 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
 }
 
 
+/* The descriptors the child gets from fd 3 on: pass_fds, then its end of
+ * the control socket. Returns how many. */
+static size_t
+child_fd_list(const relay_proc_opts *o, int ctl_child, int fds[MAX_PASS_FDS + 1])
+{
+    size_t n;
+
+    for (n = 0; n < o->n_pass_fds; n++) {
+        fds[n] = o->pass_fds[n];
+    }
+    if (ctl_child >= 0) {
+        fds[n++] = ctl_child;
+    }
+    return n;
+}
+
+
 relay_proc *
 relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size_t errlen)
 {
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, ep[2] = {-1, -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, ep[2] = {-1, -1}, ctl[2] = {-1, -1};
+    int fds[MAX_PASS_FDS + 1];
+    size_t n_fds;
     char path[4096];
     relay_proc *p;
 
-    if (o->argv == NULL || o->argv[0] == NULL) {
-        snprintf(err, errlen, "empty argv");
+    if (o->argv == NULL || o->argv[0] == NULL || o->n_pass_fds > MAX_PASS_FDS) {
+        snprintf(err, errlen, o->argv == NULL || o->argv[0] == NULL ? "empty argv" : "too many pass_fds");
         return NULL;
     }
     p = proc_alloc(loop, o);
@@ -767,10 +843,12 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
         return NULL;
     }
     resolve_path(o->argv[0], o->envp, path, sizeof path);
-    if (make_pipe(in) != 0 || make_pipe(out) != 0 || make_pipe(errp) != 0 || make_pipe(ep) != 0) {
+    if (make_pipe(in) != 0 || make_pipe(out) != 0 || make_pipe(errp) != 0 || make_pipe(ep) != 0
+        || (o->control && make_socketpair(ctl) != 0)) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         goto fail;
     }
+    n_fds = child_fd_list(o, ctl[1], fds);
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
     p->pid = fork();
     if (p->pid < 0) {
@@ -778,16 +856,22 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
         goto fail;
     }
     if (p->pid == 0) {
+        int std[3] = {in[0], out[1], errp[1]};
+
         close(ep[0]);
-        child_exec(o, path, in[0], out[1], errp[1], ep[1]);
+        child_exec(o, path, std, fds, n_fds, ep[1]);
     }
     close(in[0]);
     close(out[1]);
     close(errp[1]);
     close(ep[1]);
+    if (ctl[1] >= 0) {
+        close(ctl[1]);
+    }
     p->in_fd = in[1];
     p->out.fd = out[0];
     p->err.fd = errp[0];
+    p->ctl.fd = ctl[0];
     parent_setup(p, o, ep[0]);
     close(ep[0]);
     live_procs++;
@@ -798,6 +882,7 @@ fail:
     close_pair(out);
     close_pair(errp);
     close_pair(ep);
+    close_pair(ctl);
     proc_release(p);
     return NULL;
 }
@@ -872,6 +957,8 @@ relay_proc_free(relay_proc *p)
         close(p->out.fd);
     if (p->err.fd >= 0)
         close(p->err.fd);
+    if (p->ctl.fd >= 0)
+        close(p->ctl.fd);
     live_procs--;
     proc_release(p);
 }

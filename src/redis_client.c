@@ -17,6 +17,7 @@
 
 #include <hiredis/adapters/libev.h>
 #include <hiredis/async.h>
+#include <hiredis/sds.h>
 
 #include "relay/log.h"
 #include "relay/redis_client.h"
@@ -56,9 +57,13 @@ struct relay_redis {
     size_t in_flight;
     relay_redis_request *pending; /* requests whose callbacks hiredis still owes */
     char last_error[256];
+    size_t max_reply;       /* bytes one reply may hold while it is read; 0 = no cap */
+    size_t reply_bytes;     /* what the reply being read holds so far (see count_object) */
+    char reset_reason[128]; /* why the connection is being reset, for the callbacks it fails */
 };
 
 static void start_connect(relay_redis *r);
+static void reset_connection(relay_redis *r);
 
 
 static char *
@@ -163,10 +168,22 @@ schedule_retry(relay_redis *r)
 static void
 connection_gone(relay_redis *r)
 {
+    /* A reset for a reply too large says nothing about the server: connect
+     * again at once rather than after a backoff. */
+    int deliberate = r->reset_reason[0] != '\0';
+
     r->ac = NULL;
     r->state = CONN_IDLE;
+    r->reset_reason[0] = '\0'; /* the failed commands were told already */
     ev_timer_stop(r->loop, &r->connect_timer);
     notify_state(r, 0);
+    if (deliberate && !r->closing) {
+        ev_timer_stop(r->loop, &r->retry_timer);
+        r->retry_is_reset = 0;
+        ev_timer_set(&r->retry_timer, 0., 0.);
+        ev_timer_start(r->loop, &r->retry_timer);
+        return;
+    }
     schedule_retry(r);
 }
 
@@ -308,6 +325,125 @@ retry_fired(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 
+/* The reader's own object functions, which the counting ones below wrap. */
+static redisReplyObjectFunctions *hiredis_objects;
+
+
+/* Charges one reply object to the reply being read. A top-level object
+ * starts a new reply; privdata is the connection (set in limit_replies). */
+static void
+count_object(const redisReadTask *task, size_t bytes)
+{
+    relay_redis *r = task->privdata;
+
+    if (r == NULL) {
+        return;
+    }
+    if (task->parent == NULL) {
+        r->reply_bytes = 0;
+    }
+    r->reply_bytes += RELAY_REDIS_REPLY_OBJECT_BYTES + bytes;
+}
+
+
+static void *
+counted_string(const redisReadTask *task, char *str, size_t len)
+{
+    count_object(task, len);
+    return hiredis_objects->createString(task, str, len);
+}
+
+
+/* An element's slot in its array's vector is part of that element's object
+ * cost, so an array costs one object like any other. */
+static void *
+counted_array(const redisReadTask *task, int elements)
+{
+    count_object(task, 0);
+    return hiredis_objects->createArray(task, elements);
+}
+
+
+static void *
+counted_integer(const redisReadTask *task, long long value)
+{
+    count_object(task, 0);
+    return hiredis_objects->createInteger(task, value);
+}
+
+
+static void *
+counted_nil(const redisReadTask *task)
+{
+    count_object(task, 0);
+    return hiredis_objects->createNil(task);
+}
+
+
+static void
+counted_free(void *obj)
+{
+    hiredis_objects->freeObject(obj);
+}
+
+
+static redisReplyObjectFunctions counting_objects = {
+    counted_string, counted_array, counted_integer, counted_nil, counted_free,
+};
+
+
+/* What the reader holds of the reply in progress: the bytes it buffered
+ * and not parsed yet (a bulk string is parsed only once complete) plus the
+ * objects it already built. */
+static size_t
+reply_held(const relay_redis *r)
+{
+    const redisReader *reader = r->ac->c.reader;
+
+    return (reader->len - reader->pos) + (reader->ridx >= 0 ? r->reply_bytes : 0);
+}
+
+
+/* The libev read callback: hiredis's own, then the cap. hiredis reads at
+ * most 16 KiB per call, so a reply is cut off within that of the cap; the
+ * command that asked for it fails with reset_reason. */
+static void
+capped_read(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    redisLibevEvents *e = w->data;
+    redisAsyncContext *ac = e->context;
+    relay_redis *r = ac->data;
+
+    redisAsyncHandleRead(ac);
+    /* A disconnect inside the call freed ac; r->ac says whether it lives. */
+    if (r == NULL || r->ac != ac || r->max_reply == 0 || reply_held(r) <= r->max_reply) {
+        return;
+    }
+    snprintf(r->reset_reason, sizeof(r->reset_reason), "reply too large (over %zu bytes; connection reset)",
+             r->max_reply);
+    set_error(r, "reply too large", NULL);
+    reset_connection(r);
+}
+
+
+/* Counts what every reply holds and checks it after each read. */
+static void
+limit_replies(relay_redis *r, redisAsyncContext *ac)
+{
+    redisReader *reader = ac->c.reader;
+    redisLibevEvents *e = ac->ev.data;
+
+    if (hiredis_objects == NULL) {
+        hiredis_objects = reader->fn;
+    }
+    reader->fn = &counting_objects;
+    reader->privdata = r;
+    ev_set_cb(&e->rev, capped_read);
+}
+
+
 static void
 start_connect(relay_redis *r)
 {
@@ -330,6 +466,7 @@ start_connect(relay_redis *r)
     r->ac = ac;
     r->state = CONN_HANDSHAKE;
     redisLibevAttach(r->loop, ac);
+    limit_replies(r, ac);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     send_handshake(r);
@@ -397,6 +534,13 @@ relay_redis_free(relay_redis *r)
 }
 
 
+void
+relay_redis_limit_reply(relay_redis *r, size_t max_bytes)
+{
+    r->max_reply = max_bytes;
+}
+
+
 int
 relay_redis_is_connected(const relay_redis *r)
 {
@@ -425,13 +569,38 @@ relay_redis_describe(const relay_redis *r)
 }
 
 
+/* Frees the reader's buffer once it holds nothing unread, as hiredis itself
+ * does only when the next bytes arrive: after a large reply the buffer is as
+ * large as its largest string, and would sit beside the reply while the
+ * callback converts it and until the next reply comes. */
+static void
+release_read_buffer(redisReader *reader)
+{
+    sds fresh;
+
+    if (reader->len != 0 || reader->maxbuf == 0 || sdsavail(reader->buf) <= reader->maxbuf) {
+        return;
+    }
+    fresh = sdsempty();
+    if (fresh != NULL) { /* else keep the old one: it still works */
+        sdsfree(reader->buf);
+        reader->buf = fresh;
+        reader->pos = 0;
+    }
+}
+
+
 static void
 command_reply(redisAsyncContext *ac, void *reply_ptr, void *privdata)
 {
-    (void)ac;
+    relay_redis *r = ac->data;
     relay_redis_request *req = privdata;
+    const char *lost = r != NULL && r->reset_reason[0] ? r->reset_reason : "connection lost";
 
-    request_answer(req, reply_ptr, reply_ptr ? NULL : "connection lost");
+    if (reply_ptr != NULL) {
+        release_read_buffer(ac->c.reader);
+    }
+    request_answer(req, reply_ptr, reply_ptr ? NULL : lost);
     request_unlink(req);
     free(req);
 }

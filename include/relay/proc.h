@@ -14,6 +14,13 @@
  * ev_child watcher started right after fork (before anything can reap it); this code never
  * calls waitpid(-1).
  *
+ * With `control`, the child also gets one end of a socket pair as the
+ * descriptor after its pass_fds; the other end stays here (close-on-exec),
+ * its lines are reported as stream RELAY_PROC_CONTROL, and it is closed when
+ * the proc is done or freed. A supervisor inside a container (relay-init)
+ * reports its child's status on it, and its end of file tells that
+ * supervisor this process is gone, however it died.
+ *
  * Callers must ignore SIGPIPE process-wide (a handler that never reads its
  * stdin makes our write fail with EPIPE, which is fine); the child gets the
  * default disposition back before exec.
@@ -27,10 +34,12 @@
 
 #include <ev.h>
 
-enum { RELAY_PROC_STDOUT = 1, RELAY_PROC_STDERR = 2 };
+enum { RELAY_PROC_STDOUT = 1, RELAY_PROC_STDERR = 2, RELAY_PROC_CONTROL = 3 };
 
 /* Default per-stream line buffer: a longer line is emitted in pieces. */
 #define RELAY_PROC_LINE_MAX (64 * 1024)
+/* The control stream's line buffer: its records are one short line. */
+#define RELAY_PROC_CONTROL_LINE_MAX 256
 
 typedef struct relay_proc relay_proc;
 
@@ -74,6 +83,7 @@ typedef struct relay_proc_opts {
      * root daemon can place the child and then drop its identity. */
     const int *pass_fds; /* these descriptors become fds 3, 4, ... of the child */
     size_t n_pass_fds;
+    int control; /* 1: a control socket, the child's fd 3 + n_pass_fds (see above) */
     long nofile; /* > 0: RLIMIT_NOFILE soft and hard */
     int no_core; /* 1: RLIMIT_CORE 0 */
     int set_ids; /* 1: setgroups({}), setgid(gid), setuid(uid) before exec */

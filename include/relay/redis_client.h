@@ -48,6 +48,18 @@ int relay_redis_is_connected(const relay_redis *r);
 const char *relay_redis_last_error(const relay_redis *r);
 unsigned long relay_redis_reconnect_count(const relay_redis *r);
 
+/* What one reply object costs against the cap below, on top of its bytes:
+ * hiredis's redisReply and its allocation. Callers that bound what they ask
+ * for (relay.classify) count entries with the same figure. */
+#define RELAY_REDIS_REPLY_OBJECT_BYTES 64
+
+/* Caps what one reply may hold while it is read (its buffered bytes plus
+ * the objects built from it; 0 = no cap, the default). A reply over the cap
+ * resets the connection, and its command fails with "reply too large …":
+ * the daemon never holds more of a reply than it asked for, whatever a
+ * stream entry weighs. */
+void relay_redis_limit_reply(relay_redis *r, size_t max_bytes);
+
 /* Human-readable address: "127.0.0.1:6379/0" or "unix:/path?db=0". */
 const char *relay_redis_describe(const relay_redis *r);
 void relay_redis_addr_describe(const relay_redis_addr *addr, char *out, size_t cap);

@@ -1,9 +1,27 @@
 --- Classification of a stream entry before anything runs:
 -- schedule occurrence, targeted replay, malformed, unmatched or matched.
 -- Precedence: relay_schedule, then relay_target, then event.
+-- An entry larger than the daemon may hold (RELAY_MAX_EVENT_BYTES) is
+-- malformed before anything else looks at it, and so is a poison stub.
+local build = require("relay.core.build")
+local core_redis = require("relay.core.redis")
+local fs = require("relay.fs")
 local redis = require("relay.redis")
 
 local _M = {}
+
+-- Room for an entry's fields besides its event (Relay's own fields take a
+-- few hundred bytes), and what each reply object costs the daemon's client
+-- on top of its bytes: an entry costs its bytes plus one object per id,
+-- field name, value and array. relay.scripts.take_pending counts the same.
+_M.OTHER_FIELDS_BYTES = 64 * 1024
+_M.OBJECT_BYTES = core_redis.reply_object_bytes
+-- What a dead letter keeps of an event too large to keep whole.
+_M.KEPT_EVENT_BYTES = 4096
+
+-- Test builds only: the daemon kills itself while classifying an event
+-- holding this text, so that specs can crash it for real on one entry.
+local CRASH_ON = build.test_constants and os.getenv("RELAY_TEST_CRASH_ON") or nil
 
 -- Fields only Relay's own publishers may write (`relay dlq replay`, the
 -- scheduler); on an entry they did not record as trusted, a producer wrote
@@ -27,21 +45,81 @@ function _M.reserved(flat)
 end
 
 
---- entry = { id, flat fields or redis.null }; m = { matcher, labels,
+--- The largest entry cost (bytes plus objects) the daemon reads whole.
+function _M.entry_limit(max_event_bytes)
+    return max_event_bytes + _M.OTHER_FIELDS_BYTES
+end
+
+
+--- An entry's `event` size (its first occurrence, as everywhere) and its
+-- cost, from its flat field list.
+function _M.measure(flat)
+    local event, bytes = 0, 0
+    for i = 1, #flat do
+        bytes = bytes + #flat[i]
+    end
+    for i = 1, #flat - 1, 2 do
+        if flat[i] == "event" then
+            event = #flat[i + 1]
+            break
+        end
+    end
+    return event, bytes + (#flat + 3) * _M.OBJECT_BYTES
+end
+
+
+--- The reason for an entry too large to hold, or nil.
+function _M.too_large(event_bytes, cost, max_bytes)
+    if event_bytes > max_bytes then
+        return string.format("event too large (%d bytes > %d)", event_bytes, max_bytes)
+    elseif cost > _M.entry_limit(max_bytes) then
+        return string.format("event too large (entry of %d bytes > %d)", cost, _M.entry_limit(max_bytes))
+    end
+    return nil
+end
+
+
+-- entry[3], set only by relay.scripts.take_pending, stands for a body the
+-- daemon was not given: {"oversized", event bytes, cost} or {"poison", crashes}.
+local function stub(msg, info, max_bytes)
+    msg.kind = "malformed"
+    if info[1] == "poison" then
+        msg.reason = string.format("poison: crashed the worker %d times", info[2])
+    else
+        msg.reason = _M.too_large(info[2], info[3], max_bytes) or "event too large"
+        msg.truncated = true
+    end
+    return msg
+end
+
+
+--- entry = { id, flat fields or redis.null[, stub] }; m = { matcher, labels,
 -- max_bytes, now_ms, trusted = set of trusted ids | false (unknown) }.
 -- Returns a message table:
 --   { id, kind = "missing"|"unverified"|"schedule"|"targeted"|"malformed"|"unmatched"|"matched",
---     event, reason, labels = {"<app>/<handler>"…}, target, lineage, fields }
+--     event, reason, labels = {"<app>/<handler>"…}, target, lineage, fields, truncated }
 -- "unverified": it carries reserved fields and the trusted set could not be read.
+-- truncated: too large to keep; its dead letter keeps KEPT_EVENT_BYTES of the event.
 function _M.classify(entry, m)
     local msg = { id = entry[1] }
-    if type(entry[2]) ~= "table" then
+    if type(entry[3]) == "table" then
+        return stub(msg, entry[3], m.max_bytes)
+    elseif type(entry[2]) ~= "table" then
         msg.kind = "missing"
+        return msg
+    end
+    local event_bytes, cost = _M.measure(entry[2])
+    msg.reason = _M.too_large(event_bytes, cost, m.max_bytes)
+    if msg.reason then
+        msg.kind, msg.truncated = "malformed", true
         return msg
     end
     local fields = redis.pairs_to_table(entry[2])
     msg.fields = fields
     msg.event = fields.event
+    if CRASH_ON and msg.event and msg.event:find(CRASH_ON, 1, true) then
+        fs.kill(fs.getpid(), 9)
+    end
     if _M.reserved(entry[2]) and not (m.trusted and m.trusted[msg.id]) then
         msg.kind = m.trusted and "malformed" or "unverified"
         msg.reason = _M.UNTRUSTED

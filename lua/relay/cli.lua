@@ -19,15 +19,23 @@ _M.COMMANDS = {
     { "schedule", "List schedules and their next occurrences." },
     { "status", "Show stream, group, consumers, DLQ and paused apps." },
     { "version", "Show the versions of relay and its libraries." },
+    { "completion", "Print a shell completion script (bash, zsh or fish)." },
 }
+
+
+--- The top-level parser without its commands (relay.cmd.completion adds
+-- every one of them to generate scripts and the manual page).
+function _M.new_parser()
+    return argparse("relay", "Relay: dispatch events from a Redis stream to handlers in containers.")
+        :command_target("command")
+        :require_command(true)
+        :help_max_width(100)
+end
 
 
 -- Only the command being run is loaded and configured (subcommands.declare).
 local function build_parser(argv)
-    local parser = argparse("relay", "Relay: dispatch events from a Redis stream to handlers in containers.")
-        :command_target("command")
-        :require_command(true)
-        :help_max_width(100)
+    local parser = _M.new_parser()
     return parser, subcommands.declare(parser, "relay.cmd.", _M.COMMANDS, argv)
 end
 
@@ -111,6 +119,7 @@ function _M.main(argv)
             require("relay.log").error("relay: " .. result.message, { exit_code = result.code })
             return result.code
         end
+        require("relay.log").flush()  -- the daemon's queued records come before its last words
         io.stderr:write("relay: ", result.message, "\n")
         return result.code
     end

@@ -215,6 +215,47 @@ local function parse_event_bytes(value)
 end
 
 
+local MAX_CLAIM_REPLICAS = 100
+local DEFAULT_CLAIM_WAIT_MS = 1000
+
+
+--- RELAY_CLAIM_WAIT=N[/timeout]: after each claim, WAIT for N replicas to
+-- acknowledge it (at most timeout, default 1s) before the container starts.
+-- "0" turns it off (nil).
+local function parse_claim_wait(value)
+    local n, rest = value:match("^(%d+)(.*)$")
+    n = tonumber(n)
+    if not n or n > MAX_CLAIM_REPLICAS or (rest ~= "" and rest:sub(1, 1) ~= "/") then
+        return nil, "expected N or N/timeout: N replicas (0 to " .. MAX_CLAIM_REPLICAS .. "), a timeout like 500ms"
+    end
+    local timeout_ms = DEFAULT_CLAIM_WAIT_MS
+    if rest ~= "" then
+        local err
+        timeout_ms, err = duration.parse_duration(rest:sub(2))
+        if not timeout_ms then
+            return nil, err
+        elseif timeout_ms < 1 then
+            return nil, "the timeout must be at least 1ms (WAIT with 0 waits forever)"
+        end
+    end
+    if n == 0 then
+        return false
+    end
+    return { replicas = n, timeout_ms = timeout_ms }
+end
+
+
+--- RELAY_DLQ_MAXLEN: the DLQ's approximate length bound; "0" (the default)
+-- keeps every dead letter (nil).
+local function parse_dlq_maxlen(value)
+    local n = value:match("^%d+$") and tonumber(value)
+    if not n or n > 2 ^ 53 then
+        return nil, "must be a whole number (0: unlimited)"
+    end
+    return n > 0 and n or false
+end
+
+
 local function setting(var, flag, key, default, parse)
     SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse }
     SETTINGS_BY_KEY[key] = SETTINGS[#SETTINGS]
@@ -235,6 +276,8 @@ setting("RELAY_HOOKS", "hooks", "hooks", nil, parse_path)
 setting("RELAY_RETENTION", "retention", "retention_ms", "24h", parse_retention)
 setting("RELAY_MAX_EVENT_BYTES", nil, "max_event_bytes", "1Mi", parse_event_bytes)
 setting("RELAY_IMAGES", nil, "images", nil, parse_absolute_path)
+setting("RELAY_DLQ_MAXLEN", nil, "dlq_maxlen", "0", parse_dlq_maxlen)
+setting("RELAY_CLAIM_WAIT", nil, "claim_wait", nil, parse_claim_wait)
 
 
 local function flag_field(flag)

@@ -24,6 +24,7 @@ local RELEASE = {
     housekeeping_every_ms = 2 * SECOND,
     trim_every_ms = 1 * MINUTE,
     schedule_tick_ms = 1 * SECOND,
+    still_failing_log_ms = 1 * MINUTE,  -- a failure that lasts is logged again this often
 }
 
 -- Every wait divided by 60 (minutes become seconds); the shape is unchanged.
@@ -42,8 +43,15 @@ local COMPRESSED = {
     housekeeping_every_ms = 250,
     trim_every_ms = 1 * SECOND,
     schedule_tick_ms = 250,
+    still_failing_log_ms = 1 * SECOND,
 }
 
+-- The lease of an attempt is timeout + kill_grace_ms + lease_margin_ms from
+-- its claim; relay-init ends the container at timeout + kill_grace_ms + half
+-- the margin from the claim (runtime/invoke.lua), whether or not its daemon
+-- lives. The other half is the slack for its teardown: another replica may
+-- only charge the attempt as lost by its lease once the container is gone.
+-- Keep lease_margin_ms well above a container's teardown (milliseconds).
 local chosen = build.test_constants and COMPRESSED or RELEASE
 for key, value in pairs(chosen) do
     _M[key] = value

@@ -9,6 +9,7 @@
 --           registry (relay.registry), slots (relay.slots),
 --           reporter (relay.observe's funnel), shutdown (relay.shutdown),
 --           constants (relay.constants) }
+local backoff = require("relay.backoff")
 local invoke = require("relay.runtime.invoke")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
@@ -22,19 +23,22 @@ local LOST = "worker lost during attempt"
 
 
 --- Retries fn until Redis accepts the write: an outcome that happened must
--- be recorded, however long Redis is away.
+-- be recorded, however long Redis is away. A retry repeats the call with
+-- the same token and attempt, and the scripts answer a repeat of a write
+-- that already happened as they answered the first.
 local function persist(ctx, what, fn)
     local delay = 0.1
     while true do
         local value, err = fn()
         if value ~= nil then
+            log.recovered("recording", "recording outcomes again")
             return value
         end
         if ctx.shutdown.forced then
             return nil, err
         end
-        log.warn("cannot record " .. what .. "; retrying", { error = err })
-        loop.sleep(delay)
+        log.failing("recording", "cannot record " .. what .. "; retrying", { error = err })
+        loop.sleep(backoff.jitter(delay))
         delay = math.min(delay * 2, PERSIST_BACKOFF_CAP_S)
     end
 end
@@ -59,13 +63,13 @@ local function output_tail()
 end
 
 
-local function execute(ctx, msg, inv, attempt)
+local function execute(ctx, msg, inv, attempt, claimed_at)
     local tail = output_tail()
     local line_ctx = { app = inv.app, handler = inv.handler, message_id = msg.id, attempt = attempt }
     local untrack = function() end
     local outcome = invoke.run({
         rt = ctx.runtime, app = inv.app_table, entry = inv.entry, trigger = msg.trigger or "event",
-        message_id = msg.id, attempt = attempt, stdin = msg.stdin or msg.event,
+        message_id = msg.id, attempt = attempt, stdin = msg.stdin or msg.event, claimed_at = claimed_at,
         on_line = function(stream, line)
             log.handler_line(line_ctx, stream, line)
             if stream == "stderr" then
@@ -131,7 +135,7 @@ end
 -- release gives the slots back as soon as the container is gone.
 local function run_claimed(ctx, msg, inv, claim, release)
     local leave = ctx.slots:enter()
-    local outcome = execute(ctx, msg, inv, claim.attempt)
+    local outcome = execute(ctx, msg, inv, claim.attempt, claim.claimed_at)
     release()
     local status, extra
     if ctx.shutdown.forced then
@@ -155,6 +159,43 @@ local function run_claimed(ctx, msg, inv, claim, release)
 end
 
 
+--- Claims an invocation: TryStart, then (RELAY_CLAIM_WAIT) the replicas'
+-- acknowledgement. Returns the claim, or nil plus what run_invocation
+-- returns instead of running it.
+local function claim_invocation(ctx, msg, inv)
+    local life = ctx.lifecycle
+    local token = life:token(msg, inv)
+    -- before the claim is sent: the container's deadline counts from here,
+    -- so it never outlives the lease the claim sets (runtime/invoke.lua)
+    local claimed_at = loop.monotonic()
+    local r, err = life:try_start(msg, inv, token)
+    if not r then
+        return nil, "infra", err
+    elseif r[1] ~= "start" then
+        return nil, not_started(ctx, msg, inv, r)
+    end
+    local claim = { token = token, attempt = r[2], previous = r[3], claimed_at = claimed_at }
+    if ctx.shutdown.draining then  -- draining began while claiming: give the claim back
+        persist(ctx, "a release", function() return life:release(msg, inv, token, claim.attempt, claim.previous) end)
+        return nil, "pending"
+    end
+    local ok, why, changed = life:replicated()
+    if changed then  -- logged once per change, not per claim
+        local say = ok and log.info or log.warn
+        say(ok and "replicas acknowledge claims again" or "replicas do not acknowledge claims; nothing starts",
+            { reason = why, message_id = msg.id })
+    end
+    if not ok then
+        -- A claim a failover could lose must not start a container: give
+        -- it back uncharged and try again later. Unanswered, the release is
+        -- redone by the next TryStart, which reuses the token.
+        life:release(msg, inv, token, claim.attempt, claim.previous)
+        return nil, "waiting", ctx.constants.slot_wait_ms
+    end
+    return claim
+end
+
+
 --- Runs one invocation if it is runnable now.
 -- @return "terminal" | "pending" | "waiting", wait_ms | "infra", err
 local function run_invocation(ctx, msg, inv)
@@ -167,21 +208,12 @@ local function run_invocation(ctx, msg, inv)
         -- wait rather than leaving it to the reclaim sweep alone.
         return "waiting", ctx.constants.slot_wait_ms
     end
-    local life = ctx.lifecycle
-    local token = life:token()
-    local r, err = life:try_start(msg, inv, token)
-    if not r or r[1] ~= "start" or ctx.shutdown.draining then
+    local claim, status, extra = claim_invocation(ctx, msg, inv)
+    if not claim then
         release()
+        return status, extra
     end
-    if not r then
-        return "infra", err
-    elseif r[1] ~= "start" then
-        return not_started(ctx, msg, inv, r)
-    elseif ctx.shutdown.draining then  -- draining began while claiming: give the claim back
-        persist(ctx, "a release", function() return life:release(msg, inv, token, r[2], r[3]) end)
-        return "pending"
-    end
-    return run_claimed(ctx, msg, inv, { token = token, attempt = r[2], previous = r[3] }, release)
+    return run_claimed(ctx, msg, inv, claim, release)
 end
 
 

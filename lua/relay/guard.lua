@@ -100,9 +100,11 @@ function Guard:beat()
         { self.keys.instance(self.instance), self.keys.consumer(self.consumer) },
         { self.value, self.constants.heartbeat_ttl_ms })
     if ok == nil then
-        log.warn("heartbeat failed", { error = err })
+        log.failing("heartbeat", "heartbeat failed", { error = err })
     elseif ok == 0 then
         log.error("another process took over this consumer name", { consumer = self.consumer })
+    else
+        log.recovered("heartbeat", "heartbeat works again")
     end
 end
 

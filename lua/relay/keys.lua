@@ -8,6 +8,9 @@ local _M = {}
 function _M.for_stream(stream)
     local base = "relay:" .. stream .. ":"
     local inv_prefix, instance_prefix = base .. "inv:", base .. "instance:"
+    -- An entry a daemon took from a pending list and has not classified yet
+    -- (a count of such reads that ended in a crash: relay.scripts.take_pending).
+    local handling_prefix = base .. "handling:"
     return {
         dlq = base .. "dlq",
         paused = base .. "paused",
@@ -17,6 +20,8 @@ function _M.for_stream(stream)
         trusted = base .. "trusted",
         inv_prefix = inv_prefix,
         instance_prefix = instance_prefix,
+        handling_prefix = handling_prefix,
+        handling = function(message_id) return handling_prefix .. message_id end,
         inv = function(message_id) return inv_prefix .. message_id end,
         sched = function(app, name) return base .. "sched:" .. app .. "/" .. name end,
         consumer = function(name) return base .. "consumer:" .. name end,

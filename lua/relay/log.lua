@@ -2,16 +2,35 @@
 --   log.info("message", { key = value, ... })
 -- Handler output goes through log.handler_line, which writes at every level.
 --
+-- A failure that repeats (a task retrying against Redis, a read that keeps
+-- failing) is logged once per change of state, not once per attempt:
+--   log.failing(name, msg, fields)    WARN msg on the first failure; then
+--                                     DEBUG, and once per still_failing_log_ms
+--                                     a WARN "msg: still failing (N s)"
+--   log.recovered(name, msg, fields)  INFO msg, if name was failing
+-- A failure that nobody reports for a minute (and two periods) has ended
+-- too, silently: a task that does not report its recoveries never sees
+-- "still failing" for a failure of long ago.
+-- While an outage is being reported (log.set_outage: Redis unreachable,
+-- say), every other failure is its consequence and only a DEBUG record.
+--
+-- The daemon makes the sink asynchronous (log.start_async): records are
+-- queued and written by a thread of the sink's own, so the loop never waits
+-- for a slow reader of stderr; what does not fit is dropped and counted.
+--
 -- A text record is one line, so that nothing a handler prints or a field
 -- holds can forge another record: the sink (src/log.c) writes control
 -- bytes (but TAB) and DEL as \xNN, in the message, the fields and handler
 -- lines alike. A field value with a space, '"', '=' or '\' (or an empty
 -- one) is quoted, with '\' and '"' escaped inside the quotes, so a reader
 -- can tell where it ends and that a \xNN in it came from the sink.
+local constants = require("relay.constants")
 local core = require("relay.core.log")
 local cjson = require("cjson.safe")
 
 local _M = {}
+
+_M.BUFFER_BYTES = 1024 * 1024  -- the daemon's log buffer (start_async)
 
 local LEVELS = { debug = true, info = true, warn = true, error = true }
 local FORMATS = { text = true, json = true }
@@ -19,9 +38,20 @@ local FORMATS = { text = true, json = true }
 local on_log  -- the hooks' on_log, when one is loaded (record = { ts, level, msg, fields })
 
 
+local failures = {}  -- name → { since, reported, last, count } while failing
+local outage  -- { name, probe } (set_outage)
+
+
 local function now_ms()
     return require("relay.core.loop").now_ms()
 end
+
+
+local function loop_monotonic()
+    return require("relay.core.loop").monotonic()
+end
+
+local monotonic = loop_monotonic
 
 
 local function sorted_keys(fields)
@@ -138,15 +168,101 @@ end
 -- prefix `[<app>/<handler> <message-id>#<attempt>] ` and the line.
 function _M.handler_line(ctx, stream, line)
     if core.is_json() then
-        core.write("info", "handler output", render_fields({
+        core.write_output("info", "handler output", render_fields({
             app = ctx.app, handler = ctx.handler, message_id = ctx.message_id,
             attempt = ctx.attempt, stream = stream, line = line,
         }))
         return
     end
-    core.write("info", string.format("[%s/%s %s#%d] ", ctx.app, ctx.handler, ctx.message_id, ctx.attempt) .. line)
+    core.write_output("info", string.format("[%s/%s %s#%d] ", ctx.app, ctx.handler, ctx.message_id, ctx.attempt)
+        .. line)
 end
 
+
+--- fields plus extra, as a new table.
+local function with(fields, extra)
+    local out = {}
+    for k, v in pairs(fields or {}) do
+        out[k] = v
+    end
+    for k, v in pairs(extra) do
+        out[k] = v
+    end
+    return out
+end
+
+
+--- Reports one failure of name (see the top of this file).
+function _M.failing(name, msg, fields)
+    if outage and name ~= outage.name and outage.probe() then
+        emit("debug", msg, fields)
+        return
+    end
+    local now, f = monotonic(), failures[name]
+    local period = (constants.still_failing_log_ms or 60000) / 1000
+    if not f or now - f.last > math.max(60, 2 * period) then
+        failures[name] = { since = now, reported = now, last = now, count = 1 }
+        emit("warn", msg, fields)
+        return
+    end
+    f.count, f.last = f.count + 1, now
+    if now - f.reported < period then
+        emit("debug", msg, fields)
+        return
+    end
+    f.reported = now
+    emit("warn", string.format("%s: still failing (%d s)", msg, now - f.since), with(fields, { failures = f.count }))
+end
+
+
+--- Ends name's failure: INFO msg with how long it lasted; nothing when
+-- name was not failing.
+function _M.recovered(name, msg, fields)
+    local f = failures[name]
+    if not f then
+        return
+    end
+    failures[name] = nil
+    emit("info", msg, with(fields, { failed_s = math.floor(monotonic() - f.since + 0.5), failures = f.count }))
+end
+
+
+--- Whether name is failing now.
+function _M.is_failing(name)
+    return failures[name] ~= nil
+end
+
+
+--- While probe() is true, failures of any name but `name` are DEBUG only:
+-- the outage `name` reports stands for them. nil removes it.
+function _M.set_outage(name, probe)
+    outage = name and { name = name, probe = probe } or nil
+end
+
+
+--- The clock of failing/recovered (seconds; loop.monotonic), for specs.
+function _M.set_clock(fn)
+    monotonic = fn or loop_monotonic
+end
+
+
+--- Makes the sink asynchronous with a buffer of bytes (default
+-- BUFFER_BYTES); when it cannot, says so and records go on being written
+-- directly. @return true | nil, err
+function _M.start_async(bytes)
+    local ok, err = core.start_async(bytes or _M.BUFFER_BYTES)
+    if not ok then
+        _M.warn("log records are written directly: a slow reader of stderr will slow the daemon", { error = err })
+    end
+    return ok, err
+end
+
+
+--- Waits up to timeout_s for queued records to be written.
+_M.flush = core.flush
+
+--- Records (and bytes) the asynchronous sink dropped since the start.
+_M.dropped = core.dropped
 
 _M.json_quote = core.json_quote
 

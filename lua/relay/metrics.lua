@@ -16,12 +16,15 @@ local FAMILIES = {
     relay_attempt_duration_seconds = { "histogram", "Duration of handler attempts.", true },
     relay_dlq_entries_total = { "counter", "Dead letters written by this process.", true },
     relay_missing_payload_total = { "counter", "Pending entries found without a body (data loss)." },
+    relay_trimmed_undelivered_total = { "counter", "Entries trimmed from the stream before the group read them "
+        .. "(data loss)." },
     relay_reclaimed_total = { "counter", "Entries claimed from idle consumers by XAUTOCLAIM." },
     relay_running_invocations = { "gauge", "Handler containers running now." },
     relay_redis_reconnects_total = { "counter", "Redis reconnections." },
     relay_start_failures_total = { "counter", "Containers the host failed to start (not attempts).", true },
     relay_stale_token_writes_total = { "counter", "Outcome writes rejected because the token was fenced off." },
     relay_group_recreated_total = { "counter", "Consumer group recreated after NOGROUP." },
+    relay_log_dropped_total = { "counter", "Log records dropped because the reader of stderr was too slow." },
 }
 
 

@@ -16,6 +16,7 @@ local hooks_mod = require("relay.hooks")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local metrics = require("relay.metrics")
+local redis = require("relay.redis")
 
 local _M = {}
 
@@ -104,6 +105,7 @@ end
 local function refresh_gauges(obs)
     local reg = obs.metrics_registry
     reg:set("relay_running_invocations", obs.slots and obs.slots.running or 0)
+    reg:set("relay_log_dropped_total", (log.dropped()))
     if obs.client and obs.reader then
         reg:set("relay_redis_reconnects_total", obs.client:info().reconnects + obs.reader:info().reconnects)
     end
@@ -174,9 +176,11 @@ function _M.watch(obs, sources)
 end
 
 
---- Once the daemon runs: the scheduler tick /healthz watches, and on_start.
+--- Once the daemon runs: the scheduler tick /healthz watches, the outage
+-- log (relay.redis.watch_outage), and on_start.
 -- started: { stream, group, consumer, instance, apps = {names} }.
 function _M.start(obs, started)
+    redis.watch_outage()
     loop.spawn(function()
         while true do
             obs.loop_tick = loop.monotonic()

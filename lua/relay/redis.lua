@@ -1,14 +1,20 @@
---- Redis helpers over relay.core.redis: connecting from a config, and
--- running server-side scripts with EVALSHA that survive a script-cache
--- flush or a Redis restart (NOSCRIPT → SCRIPT LOAD → retry once).
+--- Redis helpers over relay.core.redis: connecting from a config, running
+-- server-side scripts with EVALSHA that survive a script-cache flush or a
+-- Redis restart (NOSCRIPT → SCRIPT LOAD → retry once), and logging the
+-- daemon's Redis outages.
 local core = require("relay.core.redis")
 local exit = require("relay.exit")
+local log = require("relay.log")
+local loop = require("relay.core.loop")
 
 local _M = {}
 
 _M.null = core.null
 
 local CONNECT_TIMEOUT_S = 5
+local OUTAGE = "redis"  -- the log.failing name of an outage
+local WATCH_S = 0.25  -- how often the outage watcher looks (no command: the clients' own state)
+local watching = false
 
 local script_sha = {}  -- script text → sha1, filled by SCRIPT LOAD
 
@@ -30,9 +36,10 @@ end
 
 
 --- An async client for the daemon; parks the task until connected.
+-- max_reply_bytes (optional) caps what one reply may hold (relay.core.redis).
 -- @return client | nil, err
-function _M.connect(cfg)
-    local client, err, failed = core.connect(cfg.redis_url, CONNECT_TIMEOUT_S)
+function _M.connect(cfg, max_reply_bytes)
+    local client, err, failed = core.connect(cfg.redis_url, CONNECT_TIMEOUT_S, max_reply_bytes)
     if not client then
         if failed then
             failed:close()
@@ -40,6 +47,38 @@ function _M.connect(cfg)
         return nil, string.format("cannot connect to redis (REDIS_URL=%s): %s", describe(cfg), err)
     end
     return client
+end
+
+
+--- Whether Redis is reachable (relay.core.redis.reachable: the async
+-- clients' own view, no command). @return true | false, last error
+_M.reachable = core.reachable
+
+
+--- Logs the process's Redis outages, once: a WARN when the async clients
+-- lose Redis, a "still failing" line per still_failing_log_ms while it
+-- lasts, an INFO "reconnected to redis" when they are back. Meanwhile every
+-- other task's failure is a DEBUG record only (log.set_outage): an outage
+-- costs a few lines, not one per task and retry.
+function _M.watch_outage()
+    if watching then
+        return
+    end
+    watching = true
+    log.set_outage(OUTAGE, function() return not core.reachable() or log.is_failing(OUTAGE) end)
+    loop.spawn(function()
+        local looks = 0  -- consecutive looks that found Redis unreachable
+        while true do
+            local ok, err = core.reachable()
+            looks = ok and 0 or looks + 1
+            if ok then
+                log.recovered(OUTAGE, "reconnected to redis")
+            elseif looks >= 2 then  -- a blip within one look (a deliberate reset) is no outage
+                log.failing(OUTAGE, "redis unreachable; retrying", { error = err })
+            end
+            loop.sleep(WATCH_S)
+        end
+    end)
 end
 
 

@@ -2,14 +2,19 @@
 -- each occurrence appear on the stream exactly once, recorded as trusted so
 -- that its relay_schedule field is honoured.
 -- The dispatch side (an entry with relay_schedule) lives in relay.dispatch.
+local backoff = require("relay.backoff")
 local cron = require("relay.cron")
 local keys = require("relay.keys")
 local log = require("relay.log")
+local loop = require("relay.core.loop")
 local redis = require("relay.redis")
 local rfc3339 = require("relay.rfc3339")
 local scripts = require("relay.scripts")
 
 local _M = {}
+
+local FAILURE = "scheduler"  -- the log.failing name
+local RETRY_CAP_S = 5  -- a failing tick skips the ticks of a doubling delay, at most this long
 
 
 --- The latest occurrence at or before now_ms and the next one after it.
@@ -67,8 +72,8 @@ local function publish_latest(parts, app, sched, now, last)
     local r, err = redis.eval(parts.client, scripts.publish_occurrence,
         { parts.keys.sched(app.name, sched.name), parts.stream, parts.keys.trusted }, { latest, id, text })
     if r == nil then
-        log.warn("scheduler: cannot publish", { schedule = id, error = err })
-        return
+        log.failing(FAILURE, "scheduler: cannot publish", { schedule = id, error = err })
+        return false
     end
     last[id] = latest
     if r ~= "initialized" and r ~= "published" and r ~= "not-due" then
@@ -77,26 +82,45 @@ local function publish_latest(parts, app, sched, now, last)
 end
 
 
+--- Publishes what is due. @return true, or false when a call failed
+local function tick(parts, last)
+    local now, err = redis_now_ms(parts.client)
+    if not now then
+        log.failing(FAILURE, "scheduler: cannot read Redis TIME", { error = err })
+        return false
+    end
+    local ok = true
+    for _, app in ipairs(parts.registry.list) do
+        if app.state == "ok" and not parts.registry:blocked(app.name) then
+            for _, sched in ipairs(app.schedules or {}) do
+                ok = publish_latest(parts, app, sched, now, last) ~= false and ok
+            end
+        end
+    end
+    return ok
+end
+
+
 --- The daemon's tick: a function that publishes every due occurrence of
 -- every runnable app. parts: { client, stream, registry }. The tick
 -- remembers the last occurrence handled per schedule to skip the script.
+-- After a failure it skips ticks for a jittered, doubling delay (capped),
+-- and logs the failure once per change (log.failing).
 function _M.ticker(parts)
     parts = { client = parts.client, stream = parts.stream, registry = parts.registry,
         keys = keys.for_stream(parts.stream) }
-    local last = {}
+    local last, delay, retry_at = {}, 0, 0
     return function()
-        local now, err = redis_now_ms(parts.client)
-        if not now then
-            log.warn("scheduler: cannot read Redis TIME", { error = err })
+        if loop.monotonic() < retry_at then
             return
         end
-        for _, app in ipairs(parts.registry.list) do
-            if app.state == "ok" and not parts.registry:blocked(app.name) then
-                for _, sched in ipairs(app.schedules or {}) do
-                    publish_latest(parts, app, sched, now, last)
-                end
-            end
+        if tick(parts, last) then
+            delay = 0
+            log.recovered(FAILURE, "scheduler: publishing again")
+            return
         end
+        delay = backoff.grow(math.max(delay, 0.5), RETRY_CAP_S)
+        retry_at = loop.monotonic() + backoff.jitter(delay)
     end
 end
 

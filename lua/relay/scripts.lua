@@ -73,23 +73,52 @@ end
 -- Writes one DLQ entry. ctx fields come from ARGV pairs; the script adds
 -- reason, handler_attempts, deliveries and timestamp. The event is read
 -- from the stream here unless ctx carries one (a schedule's payload), so
--- callers never ship event bytes on the hot path just in case.
+-- callers never ship event bytes on the hot path just in case. Two ctx
+-- keys steer the write and are not written: keep_event_bytes (an entry too
+-- large to keep: only that many bytes of its event, plus event_bytes, its
+-- size) and dlq_maxlen (RELAY_DLQ_MAXLEN: an approximate trim of the DLQ).
+local DLQ_CONTROL = { group = true, original_stream = true, original_id = true, app = true, handler = true,
+    event = true, consumer = true, keep_event_bytes = true, dlq_maxlen = true }
+
+local function dlq_event(ctx, fields)
+    local event = ctx.event or stream_event(ctx.original_stream, ctx.original_id)
+    local keep = tonumber(ctx.keep_event_bytes)
+    if keep then
+        fields[#fields + 1] = 'event_bytes'
+        fields[#fields + 1] = tostring(#event)
+        if #event > keep then
+            event = string.sub(event, 1, keep)
+            collectgarbage()  -- the whole event was copied in to be cut: let it go now
+        end
+    end
+    return event
+end
+
 local function write_dlq(dlq, ctx, reason, attempts, now)
     local fields = {}
     for k, v in pairs(ctx) do
-        if k ~= 'group' and k ~= 'original_stream' and k ~= 'original_id' and k ~= 'app' and k ~= 'handler'
-            and k ~= 'event' and k ~= 'consumer' then
+        if not DLQ_CONTROL[k] then
             fields[#fields + 1] = k
             fields[#fields + 1] = v
         end
     end
-    return redis.call('XADD', dlq, '*',
+    local event = dlq_event(ctx, fields)
+    local args = { dlq }
+    if ctx.dlq_maxlen then
+        args = { dlq, 'MAXLEN', '~', ctx.dlq_maxlen }
+    end
+    for _, v in ipairs({ '*',
         'original_stream', ctx.original_stream, 'original_id', ctx.original_id,
-        'group', ctx.group, 'consumer', ctx.consumer,
-        'event', ctx.event or stream_event(ctx.original_stream, ctx.original_id),
+        'group', ctx.group, 'consumer', ctx.consumer, 'event', event,
         'reason', reason, 'app', ctx.app, 'handler', ctx.handler,
         'deliveries', tostring(deliveries(ctx.original_stream, ctx.group, ctx.original_id)),
-        'handler_attempts', tostring(attempts), 'timestamp', rfc3339(now), unpack(fields))
+        'handler_attempts', tostring(attempts), 'timestamp', rfc3339(now) }) do
+        args[#args + 1] = v
+    end
+    for _, v in ipairs(fields) do
+        args[#args + 1] = v
+    end
+    return redis.call('XADD', unpack(args))
 end
 
 local function pairs_from(first)
@@ -114,9 +143,32 @@ local function holds_claim(inv, field, attempt, token)
     return p[1] == 'running' and p[2] == attempt and p[3] == token
 end
 
+-- A token is <instance>.<seq>: the daemon process that issued it, and its
+-- count of tokens so far.
+local function token_instance(token)
+    return string.match(token, '^(.*)%.[^.]*$')
+end
+
 local function instance_alive(prefix, token)
-    local instance = string.match(token, '^(.*)%.[^.]*$')
+    local instance = token_instance(token)
     return instance ~= nil and redis.call('EXISTS', prefix .. instance) == 1
+end
+
+-- The marker an uncharged release of attempt n leaves: none before the
+-- first attempt, else attempt n-1's wait, over now.
+local function uncharged(attempt, now)
+    if attempt <= 1 then
+        return nil
+    end
+    return 'waiting:' .. (attempt - 1) .. ':' .. now
+end
+
+local function set_or_delete(inv, field, marker)
+    if marker then
+        redis.call('HSET', inv, field, marker)
+    else
+        redis.call('HDEL', inv, field)
+    end
 end
 
 -- XADDs an entry Relay itself writes and records its id as trusted. The
@@ -139,19 +191,31 @@ end
 
 
 --- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event). ARGV: field, token, lease_ms, max_attempts,
--- instance_prefix, backoff_csv, then DLQ context pairs.
+-- instance_prefix, backoff_csv, own ("1": this daemon holds no other claim on the invocation), then DLQ
+-- context pairs.
 -- Returns {"start", attempt, previous_marker} | {"skip", why, wait_ms[, lost attempt]} |
 -- {"exhausted", attempt} (a lost last attempt, dead-lettered now).
+-- A `running` marker under this very token is the claim of an earlier
+-- TryStart whose reply was lost (the caller retries with the token of the
+-- unanswered call): it is ours, and starts. One of the caller's own
+-- instance under another token, when the caller holds no claim on this
+-- invocation, is an attempt that daemon is not running (a TryStart Redis
+-- ran after the caller gave up on it, a rolled back Redis): it is released
+-- uncharged and claimed again, never left to lapse and be charged as lost.
 _M.try_start = PRELUDE .. [==[
 local inv, dlq = KEYS[1], KEYS[2]
 local field, token, lease_ms, max_attempts = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local instance_prefix, ladder = ARGV[5], ARGV[6]
+local instance_prefix, ladder, own = ARGV[5], ARGV[6], ARGV[7] == '1'
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return {'skip', 'retained', 0}
 end
 local now = now_ms()
 local marker = redis.call('HGET', inv, field)
 local attempt = 0
+local function claim(n, previous)
+    redis.call('HSET', inv, field, 'running:' .. n .. ':' .. token .. ':' .. (now + lease_ms))
+    return {'start', n, previous or ''}
+end
 if marker then
     local p = parse_marker(marker)
     attempt = tonumber(p[2])
@@ -159,16 +223,19 @@ if marker then
         return {'skip', 'terminal', 0}
     end
     if p[1] == 'exhausted' then
-        write_dlq(dlq, pairs_from(7), 'exhausted', attempt, now)
+        write_dlq(dlq, pairs_from(8), 'exhausted', attempt, now)
         redis.call('HSET', inv, field, marker .. ':dlq')
         return {'exhausted', attempt}
     end
     if p[1] == 'running' then
+        if p[3] == token or (own and token_instance(p[3]) == token_instance(token)) then
+            return claim(attempt, uncharged(attempt, now))
+        end
         if now < tonumber(p[4]) and instance_alive(instance_prefix, p[3]) then
             return {'skip', 'running', tonumber(p[4]) - now}
         end
         if attempt >= max_attempts then
-            local ctx = pairs_from(7)
+            local ctx = pairs_from(8)
             write_dlq(dlq, ctx, 'worker lost during attempt', attempt, now)
             redis.call('HSET', inv, field, 'exhausted:' .. attempt .. ':' .. p[3] .. ':dlq')
             return {'exhausted', attempt}
@@ -181,17 +248,19 @@ if marker then
         return {'skip', 'waiting', tonumber(p[3]) - now}
     end
 end
-attempt = attempt + 1
-redis.call('HSET', inv, field, 'running:' .. attempt .. ':' .. token .. ':' .. (now + lease_ms))
-return {'start', attempt, marker or ''}
+return claim(attempt + 1, marker)
 ]==]
 
 
 --- Success. KEYS: inv. ARGV: field, token, attempt.
--- Returns "succeeded" or "stale" (the attempt no longer holds the token).
+-- Returns "succeeded" (also to a retry of a call that already wrote it) or
+-- "stale" (the attempt no longer holds the token).
 _M.succeed = PRELUDE .. [==[
 local inv, field, token, attempt = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 if not holds_claim(inv, field, attempt, token) then
+    if redis.call('HGET', inv, field) == 'succeeded:' .. attempt .. ':' .. token then
+        return 'succeeded'
+    end
     return 'stale'
 end
 redis.call('HSET', inv, field, 'succeeded:' .. attempt .. ':' .. token)
@@ -201,15 +270,27 @@ return 'succeeded'
 
 --- Failure. KEYS: inv, dlq, stream. ARGV: field, token, attempt, max_attempts,
 -- backoff_csv, reason, then DLQ context pairs.
--- Returns {"waiting", wait_ms} | {"exhausted", dlq_id} | {"stale"}.
+-- Returns {"waiting", wait_ms} | {"exhausted", dlq_id} | {"stale"}. A retry
+-- of a call that already wrote its outcome gets that outcome again
+-- ({"exhausted"} without the id); a `waiting` marker of this attempt counts
+-- as written, since it carries no token (another replica charging the
+-- attempt as lost leaves the same state).
 _M.fail = PRELUDE .. [==[
 local inv, dlq = KEYS[1], KEYS[2]
 local field, token, attempt, max_attempts = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local ladder, reason = ARGV[5], ARGV[6]
+local now = now_ms()
 if not holds_claim(inv, field, attempt, token) then
+    local marker = redis.call('HGET', inv, field) or ''
+    if marker == 'exhausted:' .. attempt .. ':' .. token .. ':dlq' then
+        return {'exhausted'}
+    end
+    local p = parse_marker(marker)
+    if p[1] == 'waiting' and p[2] == attempt then
+        return {'waiting', math.max(0, tonumber(p[3]) - now)}
+    end
     return {'stale'}
 end
-local now = now_ms()
 local n = tonumber(attempt)
 if n >= max_attempts then
     local id = write_dlq(dlq, pairs_from(7), reason, n, now)
@@ -224,18 +305,238 @@ return {'waiting', wait}
 
 --- Releases a claim the host could not act on (the container never
 -- started): the attempt is not charged. KEYS: inv. ARGV: field, token,
--- attempt, previous marker ("" = none). Returns "released" or "stale".
+-- attempt, previous marker ("" = none). Returns "released" (also to a retry
+-- of a call that already released) or "stale".
 _M.release = PRELUDE .. [==[
 local inv, field, token, attempt, previous = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if not holds_claim(inv, field, attempt, token) then
+    if (redis.call('HGET', inv, field) or '') == previous then
+        return 'released'
+    end
     return 'stale'
 end
-if previous == '' then
-    redis.call('HDEL', inv, field)
-else
-    redis.call('HSET', inv, field, previous)
-end
+set_or_delete(inv, field, previous ~= '' and previous or nil)
 return 'released'
+]==]
+
+
+--- Releases, uncharged, whatever attempt runs under a token whose TryStart
+-- got no answer (the daemon stops before it could retry it). KEYS: inv.
+-- ARGV: field, token. Returns "released" or "stale".
+_M.unclaim = PRELUDE .. [==[
+local inv, field, token = KEYS[1], ARGV[1], ARGV[2]
+local marker = redis.call('HGET', inv, field)
+local p = parse_marker(marker or '')
+if redis.call('HEXISTS', inv, '~retained') == 1 or p[1] ~= 'running' or p[3] ~= token then
+    return 'stale'
+end
+set_or_delete(inv, field, uncharged(tonumber(p[2]), now_ms()))
+return 'released'
+]==]
+
+
+--- The stranded-invocation sweep over a batch of message ids (found by
+-- SCAN in housekeeping). For each non-retained invocation hash:
+--  * a `running` marker of the caller's own instance whose token it does
+--    not hold (not in the held list, and issued before the batch was
+--    built) is released uncharged: that daemon is not running it;
+--  * a message that is in no PEL, though the group delivered it (its
+--    consumer was deleted, or it was acknowledged outside Relay), is
+--    settled: retained when every invocation is terminal; counted in
+--    missing_payload_total and retained when its entry is gone; otherwise
+--    each open invocation is re-queued as a trusted entry targeted at its
+--    handler (a schedule occurrence as itself) carrying its marker, so its
+--    attempts and backoff go on, and the old hash is retained. One whose
+--    attempt still runs live is left for a later pass.
+-- KEYS: stream, trusted, stats. ARGV: group, inv_prefix, instance_prefix,
+-- own instance, own seq watermark, retention_ms, held count, held tokens…,
+-- ids…. Returns {released, retained, missing, {id, field, new id}…}.
+_M.sweep = PRELUDE .. [==[
+local stream, trusted, stats = KEYS[1], KEYS[2], KEYS[3]
+local group, inv_prefix, instance_prefix, own = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local watermark, retention_ms, n_held = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local held = {}
+for i = 8, 7 + n_held do
+    held[ARGV[i]] = true
+end
+local now = now_ms()
+
+local function parse_id(id)
+    local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+    return tonumber(ms), tonumber(seq)
+end
+
+if redis.call('EXISTS', stream) == 0 then
+    return {0, 0, 0}
+end
+local last_ms, last_seq
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local info = {}
+    for i = 1, #g, 2 do
+        info[g[i]] = g[i + 1]
+    end
+    if info['name'] == group then
+        last_ms, last_seq = parse_id(info['last-delivered-id'])
+    end
+end
+if not last_ms then
+    return {0, 0, 0}
+end
+
+local function delivered(id)
+    local ms, seq = parse_id(id)
+    return ms ~= nil and (ms < last_ms or (ms == last_ms and seq <= last_seq))
+end
+
+local function held_here(token)
+    local seq = tonumber(string.match(token, '%.(%d+)$'))
+    return held[token] or seq == nil or seq > watermark
+end
+
+-- The open (non-terminal) fields after releasing this daemon's strays;
+-- false when an attempt still runs live.
+local function open_fields(inv)
+    local all, open, released = redis.call('HGETALL', inv), {}, 0
+    for i = 1, #all, 2 do
+        local f, marker = all[i], all[i + 1]
+        local p = parse_marker(marker)
+        if string.sub(f, 1, 1) ~= '~' and f ~= '-/-' and not is_terminal(marker) then
+            if p[1] == 'running' and token_instance(p[3]) == own and not held_here(p[3]) then
+                marker = uncharged(tonumber(p[2]), now)
+                set_or_delete(inv, f, marker)
+                released = released + 1
+                p = parse_marker(marker or '')
+            end
+            if p[1] == 'running' and now < tonumber(p[4]) and instance_alive(instance_prefix, p[3]) then
+                return false, released
+            end
+            open[#open + 1] = {f, marker or false}
+        end
+    end
+    return open, released
+end
+
+local function entry_fields(id)
+    local entry = redis.call('XRANGE', stream, id, id)[1]
+    if not entry then
+        return nil
+    end
+    local t = {}
+    for i = 1, #entry[2], 2 do
+        if t[entry[2][i]] == nil then
+            t[entry[2][i]] = entry[2][i + 1]
+        end
+    end
+    return t
+end
+
+local function carry(id, fields, f, marker)
+    local new_id = xadd_trusted(stream, trusted, fields)
+    if marker then
+        redis.call('HSET', inv_prefix .. new_id, f, marker)
+    end
+    return {id, f, new_id}
+end
+
+-- Re-queues the open invocations of a message in no PEL; nil when its
+-- entry is gone.
+local function requeue(id, open)
+    local e = entry_fields(id)
+    if not e then
+        return nil
+    end
+    local out = {}
+    if e.relay_schedule and redis.call('ZSCORE', trusted, id) then
+        out[1] = carry(id, {'relay_schedule', e.relay_schedule, 'relay_occurrence', e.relay_occurrence or '',
+            'relay_replay_of', id}, open[1][1], open[1][2])
+        for i = 2, #open do
+            if open[i][2] then
+                redis.call('HSET', inv_prefix .. out[1][3], open[i][1], open[i][2])
+            end
+        end
+    elseif e.event then
+        for _, o in ipairs(open) do
+            out[#out + 1] = carry(id, {'event', e.event, 'relay_target', o[1], 'relay_replay_of', id}, o[1], o[2])
+        end
+    end
+    return out
+end
+
+local result = {0, 0, 0}
+for i = 8 + n_held, #ARGV do
+    local id = ARGV[i]
+    local inv = inv_prefix .. id
+    if redis.call('HEXISTS', inv, '~retained') == 0 and redis.call('EXISTS', inv) == 1 then
+        local open, released = open_fields(inv)
+        result[1] = result[1] + released
+        if open and delivered(id) and not redis.call('XPENDING', stream, group, id, id, 1)[1] then
+            local moved = {}
+            if #open > 0 then
+                moved = requeue(id, open)
+            end
+            if not moved then
+                moved = {}
+                result[3] = result[3] + 1
+                redis.call('HINCRBY', stats, 'missing_payload_total', 1)
+            end
+            for _, m in ipairs(moved) do
+                result[#result + 1] = m
+            end
+            retain(inv, retention_ms)
+            result[2] = result[2] + 1
+        end
+    end
+end
+return result
+]==]
+
+
+--- Removes a dead consumer of the group: one whose consumer key (held by a
+-- live daemon's heartbeat) is gone and which has been idle for at least
+-- min_idle_ms. Its pending entries are first claimed for the caller (up
+-- to count per call, ids only: no delivery is counted) with their idle
+-- time set so that the reclaim sweep takes them at once; the name is
+-- deleted only once it has none left. KEYS: stream, consumer key.
+-- ARGV: group, name, caller's consumer name, min_idle_ms, count,
+-- reclaim idle_ms. Returns {"alive"|"recent"|"claimed"|"deleted", n claimed}.
+_M.reap_consumer = [==[
+local stream, key = KEYS[1], KEYS[2]
+local group, name, to, min_idle, count, idle = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6]
+if redis.call('EXISTS', key) == 1 or name == to then
+    return {'alive', 0}
+end
+local found = false
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
+    local info = {}
+    for i = 1, #c, 2 do
+        info[c[i]] = c[i + 1]
+    end
+    if info['name'] == name then
+        found = true
+        if tonumber(info['idle']) < min_idle then
+            return {'recent', 0}
+        end
+    end
+end
+if not found then
+    return {'deleted', 0}
+end
+local args = {'XCLAIM', stream, group, to, 0}
+for _, p in ipairs(redis.call('XPENDING', stream, group, '-', '+', count, name)) do
+    args[#args + 1] = p[1]
+end
+local claimed = 0
+if #args > 5 then
+    args[#args + 1] = 'IDLE'
+    args[#args + 1] = idle
+    args[#args + 1] = 'JUSTID'
+    claimed = #redis.call(unpack(args))
+end
+if not redis.call('XPENDING', stream, group, '-', '+', 1, name)[1] then
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, name)
+    return {'deleted', claimed}
+end
+return {'claimed', claimed}
 ]==]
 
 
@@ -373,53 +674,6 @@ return dlq_id
 ]==]
 
 
---- A pending entry whose body is gone: counted once (XACK returns 1 only
--- to one caller), cleared from the PEL, its state retained.
--- KEYS: stream, stats. ARGV: group, inv_prefix, retention_ms, ids…
--- Returns how many were counted.
-_M.clear_missing = PRELUDE .. [==[
-local stream, stats = KEYS[1], KEYS[2]
-local group, inv_prefix, retention_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local counted = 0
-for i = 4, #ARGV do
-    if redis.call('XACK', stream, group, ARGV[i]) == 1 then
-        counted = counted + 1
-        local inv = inv_prefix .. ARGV[i]
-        if redis.call('EXISTS', inv) == 1 then
-            retain(inv, retention_ms)
-        end
-    end
-end
-if counted > 0 then
-    redis.call('HINCRBY', stats, 'missing_payload_total', counted)
-end
-return counted
-]==]
-
-
---- One XAUTOCLAIM step; deleted entries are counted in the same script so
--- that a crash cannot lose the count. KEYS: stream, stats.
--- ARGV: group, consumer, min_idle_ms, cursor, count, inv_prefix, retention_ms.
--- Returns {next_cursor, claimed entries, deleted count}.
-_M.reclaim = PRELUDE .. [==[
-local stream, stats = KEYS[1], KEYS[2]
-local group, consumer, min_idle, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local inv_prefix, retention_ms = ARGV[6], tonumber(ARGV[7])
-local r = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', count)
-local deleted = r[3] or {}
-for _, id in ipairs(deleted) do
-    local inv = inv_prefix .. id
-    if redis.call('EXISTS', inv) == 1 then
-        retain(inv, retention_ms)
-    end
-end
-if #deleted > 0 then
-    redis.call('HINCRBY', stats, 'missing_payload_total', #deleted)
-end
-return {r[1], r[2], #deleted}
-]==]
-
-
 --- Trims acknowledged entries older than the retention (aged by entry id
 -- against Redis TIME), never one that any group has pending or has not yet
 -- delivered. KEYS: stream. ARGV: retention_ms. Returns entries removed.
@@ -540,6 +794,166 @@ if current and current ~= ARGV[1] then
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
+]==]
+
+
+--- Pending entries for the daemon, in PEL order: its own (mode "own", after
+-- a restart or a read whose reply was too large to take) or any consumer's
+-- idle ones (mode "idle", the reclaim sweep), claimed for it with the
+-- delivery count raised as XREADGROUP and XAUTOCLAIM would. Each entry is
+-- read here, one at a time, and handed over only if the daemon may hold it:
+-- an event over max_event bytes, or an entry costing more than max_entry
+-- (its bytes plus object_bytes per reply object, as relay.classify counts),
+-- comes as {id, false, {"oversized", event bytes, cost}}.
+--
+-- Crash fence: an entry handed over with its body is marked (mark_prefix ..
+-- id, a count) until the daemon has classified it and deletes the mark. A
+-- mark found here means a daemon died holding the entry: such an entry is
+-- handed over alone, so that a crash is charged to the entry that caused
+-- it, and once its count reaches poison_after with no attempt running it
+-- comes as {id, false, {"poison", crashes}}, its body withheld.
+-- Entries whose body is gone leave the PEL (XCLAIM drops them) and are
+-- counted in missing_payload_total here, so a crash cannot lose the count.
+-- KEYS: stream, stats. ARGV: group, consumer, mode, cursor ("-" or the last
+-- id handed over), count, max_event, max_entry, object_bytes, inv_prefix,
+-- mark_prefix, retention_ms, poison_after, min_idle_ms.
+-- Returns {cursor, done (1 = the PEL was scanned to its end), deleted count, entries}.
+_M.take_pending = PRELUDE .. [==[
+local stream, stats = KEYS[1], KEYS[2]
+local group, consumer, mode, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local max_event, max_entry, object_bytes = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local inv_prefix, mark_prefix, retention_ms = ARGV[9], ARGV[10], tonumber(ARGV[11])
+local poison_after, min_idle = tonumber(ARGV[12]), ARGV[13]
+
+local start = cursor == '-' and '-' or '(' .. cursor
+local pel
+if mode == 'own' then
+    pel = redis.call('XPENDING', stream, group, start, '+', count, consumer)
+else
+    pel = redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', count)
+end
+
+local function body(id)
+    local entry = redis.call('XRANGE', stream, id, id)[1]
+    local fields, event, bytes = entry[2], 0, 0
+    for i = 1, #fields do
+        bytes = bytes + #fields[i]
+    end
+    for i = 1, #fields - 1, 2 do
+        if fields[i] == 'event' then
+            event = #fields[i + 1]
+            break
+        end
+    end
+    local cost = bytes + (#fields + 3) * object_bytes
+    if event <= max_event and cost <= max_entry then
+        return entry
+    end
+    entry, fields = nil, nil
+    collectgarbage()  -- a batch of large entries is never held here at once either
+    return {id, false, {'oversized', event, cost}}
+end
+
+local function running(inv)
+    local all = redis.call('HGETALL', inv)
+    for i = 2, #all, 2 do
+        if string.sub(all[i], 1, 8) == 'running:' then
+            return true
+        end
+    end
+    return false
+end
+
+local out, deleted, last, stopped = {}, 0, nil, false
+for _, p in ipairs(pel) do
+    local id = p[1]
+    local mark = mark_prefix .. id
+    local crashes = tonumber(redis.call('GET', mark) or '0')
+    if crashes > 0 and #out > 0 then
+        stopped = true
+        break
+    end
+    last = id
+    local inv = inv_prefix .. id
+    if #redis.call('XCLAIM', stream, group, consumer, 0, id, 'RETRYCOUNT', p[4] + 1, 'JUSTID') == 0 then
+        deleted = deleted + 1
+        if redis.call('EXISTS', inv) == 1 then
+            retain(inv, retention_ms)
+        end
+    elseif crashes >= poison_after and not running(inv) then
+        out[#out + 1] = {id, false, {'poison', crashes}}
+    else
+        local entry = body(id)
+        if entry[2] then
+            redis.call('SET', mark, crashes + 1, 'PX', retention_ms)
+        end
+        out[#out + 1] = entry
+    end
+    if crashes > 0 then
+        stopped = true
+        break
+    end
+end
+if deleted > 0 then
+    redis.call('HINCRBY', stats, 'missing_payload_total', deleted)
+end
+return {last or cursor, (not stopped and #pel < count) and 1 or 0, deleted, out}
+]==]
+
+
+--- Entries trimmed from the stream before the group read them. Redis
+-- counts a group's lag as entries added minus entries read, so entries a
+-- trim (a producer's MAXLEN or MINID, an XTRIM) removed unread stay in the
+-- lag for ever although no consumer will ever see them. With a valid read
+-- counter (Redis drops it after an XDEL it cannot account for) two states
+-- are exact: nothing is left to read (the whole lag is gone), and every
+-- entry left is past the last delivered one (the lag minus the length is
+-- gone); other states count nothing until the group reads on into one of
+-- those. Mode "count" (the daemon) counts them once in the stats and sets
+-- the group's read counter past them, so that its lag is true again; mode
+-- "peek" (`relay status`) only tells how many there are now.
+-- KEYS: stream, stats. ARGV: group, mode. Returns how many.
+_M.count_trimmed = [==[
+local stream, stats, group, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local function record(flat)
+    local t = {}
+    for i = 1, #flat - 1, 2 do
+        t[flat[i]] = flat[i + 1]
+    end
+    return t
+end
+local function id_less(a, b)
+    local a_ms, a_seq = string.match(a, '^(%d+)-(%d+)$')
+    local b_ms, b_seq = string.match(b, '^(%d+)-(%d+)$')
+    a_ms, a_seq, b_ms, b_seq = tonumber(a_ms), tonumber(a_seq), tonumber(b_ms), tonumber(b_seq)
+    return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
+end
+if redis.call('EXISTS', stream) == 0 then
+    return 0
+end
+local g
+for _, flat in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local t = record(flat)
+    if t['name'] == group then
+        g = t
+    end
+end
+local lag, read = g and tonumber(g['lag']), g and tonumber(g['entries-read'])
+if not lag or not read or lag <= 0 then
+    return 0
+end
+local s = record(redis.call('XINFO', 'STREAM', stream))
+local delivered, length, gone = g['last-delivered-id'], tonumber(s['length']), 0
+if not id_less(delivered, s['last-generated-id']) then
+    gone = lag
+elseif length > 0 and id_less(delivered, s['recorded-first-entry-id']) then
+    gone = math.max(0, lag - length)
+end
+if gone > 0 and mode == 'count' then
+    redis.call('XGROUP', 'SETID', stream, group, delivered, 'ENTRIESREAD', read + gone)
+    redis.call('HINCRBY', stats, 'trimmed_undelivered_total', gone)
+end
+return gone
 ]==]
 
 

@@ -93,4 +93,42 @@ function _M.semaphore(count)
 end
 
 
+--- A budget of units (bytes) shared by tasks, with FIFO waiters:
+-- acquire(n) parks until n units are free and returns what it took (n, or
+-- the whole budget for a larger n, so that one oversized holder can still
+-- proceed alone); release(taken) gives them back.
+function _M.budget(total)
+    local b = { available = total, queue = {} }
+
+    local function grant()
+        while b.queue[1] and b.queue[1].n <= b.available do
+            local entry = table.remove(b.queue, 1)
+            b.available = b.available - entry.n
+            if not loop.wake(entry.token, true) then
+                b.available = b.available + entry.n  -- its waiter is gone
+            end
+        end
+    end
+
+    function b.acquire(n)
+        n = math.min(n, total)
+        if #b.queue == 0 and b.available >= n then
+            b.available = b.available - n
+            return n
+        end
+        loop.wait(nil, function(token)
+            b.queue[#b.queue + 1] = { n = n, token = token }
+        end)
+        return n
+    end
+
+    function b.release(taken)
+        b.available = b.available + taken
+        grant()
+    end
+
+    return b
+end
+
+
 return _M

@@ -11,7 +11,9 @@
 --   registry  (relay.registry)  the loaded apps
 -- One event walks worker -> classify -> dispatch -> invoke -> proc; dispatch
 -- gets a context of these parts and never calls back into the worker.
+local backoff = require("relay.backoff")
 local classify = require("relay.classify")
+local clock = require("relay.clock")
 local constants = require("relay.constants")
 local dispatch = require("relay.dispatch")
 local exit = require("relay.exit")
@@ -21,6 +23,7 @@ local lifecycle = require("relay.lifecycle")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local matcher_core = require("relay.core.matcher")
+local notify = require("relay.notify")
 local observe = require("relay.observe")
 local redis = require("relay.redis")
 local registry = require("relay.registry")
@@ -40,8 +43,31 @@ Worker.__index = Worker
 local SIGINT, SIGTERM, SIGHUP = 2, 15, 1
 local READ_BACKOFF_CAP_S = 5
 local LOCAL_RETRY_LIMIT = 10000
-local INFRA_RETRY_MS = 2000
+local INFRA_RETRY_MS = 2000  -- a message Redis failed: its first retry, doubling up to the cap
+local INFRA_RETRY_CAP_MS = 16000
+local READ_FAILURE = "stream read"  -- log.failing names
+local PROCESS_FAILURE = "message processing"
+local RECLAIM_FAILURE, FENCE_FAILURE, TRIMMED_FAILURE = "reclaim sweep", "crash fence", "trimmed check"
 local SETTLERS = 2  -- batches of unmatched entries being acknowledged while the next read runs
+local MiB = 1024 * 1024
+-- What the daemon holds of events, whatever arrives (docs/operations.md).
+-- One task does every read, one at a time, and a reply is capped at
+-- READ_BUDGET_BYTES of entries beyond one max-size entry (plus
+-- REPLY_SLACK_BYTES of framing and stubs). Messages hold their events'
+-- bytes out of a budget of one reply, one max-size event and
+-- INFLIGHT_BYTES while they are dispatched (a large event until a
+-- collection has freed it), and a read starts only when the budget has
+-- room for a whole reply. Events kept for local retries stay under
+-- LOCAL_RETRY_BYTES, and before a read the garbage is collected once
+-- COLLECT_AFTER_BYTES were read since the last collection.
+local READ_BUDGET_BYTES = 8 * MiB
+local REPLY_SLACK_BYTES = 1 * MiB
+local INFLIGHT_BYTES = 4 * MiB
+local LOCAL_RETRY_BYTES = 4 * MiB
+local COLLECT_AFTER_BYTES = 4 * MiB
+local LARGE_EVENT_BYTES = 1 * MiB
+local POISON_CRASHES = 5  -- docs/lifecycle.md
+local TOO_LARGE = "reply too large"  -- relay.core.redis, a reply over the client's cap
 
 
 local function random_instance_id()
@@ -51,6 +77,17 @@ local function random_instance_id()
         f:close()
     end
     return (bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end))
+end
+
+
+--- What one read may return: COUNT entries of at most the entry limit
+-- each within the read budget, and the reply cap of the daemon's clients.
+local function read_limits(cfg)
+    local entry = classify.entry_limit(cfg.max_event_bytes)
+    local count = math.max(1, math.min(math.max(16, 2 * cfg.max_concurrency),
+        math.floor((READ_BUDGET_BYTES + cfg.max_event_bytes) / entry)))
+    return { event = cfg.max_event_bytes, entry = entry, count = count,
+        reply = count * entry + REPLY_SLACK_BYTES }
 end
 
 
@@ -73,6 +110,10 @@ local function new_worker(cfg, c)
         limit_of = function(app_name) return apps:effective_concurrency(app_name) end })
     self.message_slots = sync.semaphore(math.max(16, 4 * cfg.max_concurrency))
     self.settlers = sync.semaphore(SETTLERS)
+    self.limits = read_limits(cfg)
+    self.event_bytes = sync.budget(self.limits.reply + INFLIGHT_BYTES + cfg.max_event_bytes)
+    self.local_retry_bytes = 0
+    self.read_bytes = 0
     self.inflight = {}
     self.local_retries = 0
     self.busy = 0
@@ -96,37 +137,74 @@ function Worker:spawn_message(msg)
         local ok, result, extra = xpcall(dispatch.process, debug.traceback, self.dispatch_ctx, msg)
         self.busy = self.busy - 1
         self.message_slots.release()
+        self:release_event(msg)
         if not ok then
             log.error("message processing failed", { message_id = msg.id, error = result })
             self.inflight[msg.id] = nil
             return
         end
         if result == nil then
-            log.warn("redis unavailable while processing a message; it stays pending",
+            log.failing(PROCESS_FAILURE, "redis unavailable while processing a message; it stays pending",
                 { message_id = msg.id, error = extra })
-            extra = INFRA_RETRY_MS
+            msg.infra_retry_ms = msg.infra_retry_ms and backoff.grow(msg.infra_retry_ms, INFRA_RETRY_CAP_MS)
+                or INFRA_RETRY_MS
+            extra = backoff.jitter(msg.infra_retry_ms)
+        else
+            msg.infra_retry_ms = nil
+            log.recovered(PROCESS_FAILURE, "processing messages again")
         end
         self:schedule_local_retry(msg, result ~= "acked" and extra or nil)
     end)
 end
 
 
+--- Admits a message to dispatch: a message permit, and its event's bytes
+-- out of the in-flight budget (both wait while others hold them).
+function Worker:admit(msg)
+    self.message_slots.acquire()
+    msg.held = self.event_bytes.acquire(#(msg.event or ""))
+end
+
+
+--- Gives a dispatched message's event bytes back. A large event's come
+-- back once a collection has freed it, in a task of its own that runs after
+-- this one has let go of the message: until then it still takes memory.
+function Worker:release_event(msg)
+    local held = msg.held or 0
+    msg.held = 0
+    if held < LARGE_EVENT_BYTES then
+        self.event_bytes.release(held)
+        return
+    end
+    loop.spawn(function()
+        collectgarbage()
+        self.event_bytes.release(held)
+    end)
+end
+
+
 --- Runs a pending message again when its earliest retry is due, rather
--- than waiting for the reclaim sweep; reclaim remains the backstop.
+-- than waiting for the reclaim sweep; reclaim remains the backstop, and
+-- the only way back for a message whose event would take the events kept
+-- waiting in memory past LOCAL_RETRY_BYTES.
 function Worker:schedule_local_retry(msg, retry_in_ms)
-    if not retry_in_ms or self.shutdown.draining or self.local_retries >= LOCAL_RETRY_LIMIT then
+    local bytes = #(msg.event or "")
+    if not retry_in_ms or self.shutdown.draining or self.local_retries >= LOCAL_RETRY_LIMIT
+        or self.local_retry_bytes + bytes > LOCAL_RETRY_BYTES then
         self.inflight[msg.id] = nil
         return
     end
     self.local_retries = self.local_retries + 1
+    self.local_retry_bytes = self.local_retry_bytes + bytes
     loop.spawn(function()
         loop.sleep(retry_in_ms / 1000 + 0.01)
         self.local_retries = self.local_retries - 1
+        self.local_retry_bytes = self.local_retry_bytes - bytes
         if self.shutdown.draining then
             self.inflight[msg.id] = nil
             return
         end
-        self.message_slots.acquire()
+        self:admit(msg)
         self:spawn_message(msg)
     end)
 end
@@ -135,7 +213,7 @@ end
 function Worker:classifier(trusted)
     return {
         matcher = self.registry.matcher, labels = self.registry.labels, max_bytes = self.cfg.max_event_bytes,
-        now_ms = loop.now_ms, validate = matcher_core.validate_object, trusted = trusted,
+        now_ms = clock.now_ms, validate = matcher_core.validate_object, trusted = trusted,
     }
 end
 
@@ -157,7 +235,8 @@ function Worker:trusted_ids(entries)
     end
     local scores, err = self.client:call("ZMSCORE", self.keys.trusted, unpack(ids))
     if type(scores) ~= "table" then
-        log.warn("cannot check entries with reserved fields; they stay pending", { error = err, count = #ids })
+        log.failing("settle", "cannot check entries with reserved fields; they stay pending",
+            { error = err, count = #ids })
         return false
     end
     local set = {}
@@ -171,9 +250,11 @@ end
 
 
 function Worker:dead_letter_malformed(msg)
-    local id, err = self.life:dead_letter_message(msg, msg.reason)
+    local id, err = self.life:dead_letter_message(msg, msg.reason,
+        msg.truncated and { keep_event_bytes = classify.KEPT_EVENT_BYTES } or nil)
     if not id then
-        log.warn("cannot dead-letter a malformed message; it stays pending", { message_id = msg.id, error = err })
+        log.failing("settle", "cannot dead-letter a malformed message; it stays pending",
+            { message_id = msg.id, error = err })
         return
     end
     self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)
@@ -181,46 +262,105 @@ function Worker:dead_letter_malformed(msg)
 end
 
 
---- Classifies a batch: malformed entries are dead-lettered, matched ones
--- dispatched, and unmatched and missing ones settled together by one task
--- while the reader goes on (at most SETTLERS batches in flight). first =
--- the entries come from a ">" read: never delivered before.
-function Worker:handle_batch(entries, first)
-    local classifier = self:classifier(self:trusted_ids(entries))
-    local missing, unmatched, by_id = {}, {}, {}
-    for _, entry in ipairs(entries) do
-        if not self.inflight[entry[1]] then
-            local msg = classify.classify(entry, classifier)
-            if msg.kind == "missing" then
-                missing[#missing + 1] = msg.id
-            elseif msg.kind ~= "schedule" and msg.kind ~= "unverified" then  -- schedule: decided by dispatch
-                self.report.event(msg.kind, msg)
-            end
-            if msg.kind == "unmatched" then
-                unmatched[#unmatched + 1] = msg.id
-                by_id[msg.id] = msg
-            elseif msg.kind == "malformed" then
-                self:dead_letter_malformed(msg)
-            elseif msg.kind == "matched" or msg.kind == "targeted" or msg.kind == "schedule" then
-                self.message_slots.acquire()
-                self:spawn_message(msg)
-            end
-        end
-    end
-    if #missing > 0 or #unmatched > 0 then
-        self:settle_in_background(missing, unmatched, by_id, first)
+--- Waits, before a read, until the event budget has room for a whole
+-- reply, then collects the garbage once COLLECT_AFTER_BYTES were read since
+-- the last collection: large events die in bursts, and the incremental
+-- collector lets as much garbage as the heap holds pile up first.
+function Worker:await_room()
+    self.event_bytes.release(self.event_bytes.acquire(self.limits.reply))
+    if self.read_bytes >= COLLECT_AFTER_BYTES then
+        self.read_bytes = 0
+        collectgarbage()
     end
 end
 
 
---- Settles a batch's missing and unmatched entries in a task of its own,
--- waiting first while SETTLERS batches are being settled.
-function Worker:settle_in_background(missing, unmatched, by_id, first)
+function Worker:count_read(entries)
+    for _, entry in ipairs(entries) do
+        if type(entry[2]) == "table" then
+            local _, cost = classify.measure(entry[2])
+            self.read_bytes = self.read_bytes + cost
+        end
+    end
+end
+
+
+--- Classifies a batch, then acts on it. first = the entries come from a ">"
+-- read: never delivered before. The others come from take_pending, whose
+-- crash fence is lifted once all of them are classified, before anything
+-- waits: a crash after that is not theirs.
+function Worker:handle_batch(entries, first)
+    self:count_read(entries)
+    local classifier = self:classifier(self:trusted_ids(entries))
+    local msgs = {}
+    for _, entry in ipairs(entries) do
+        if not self.inflight[entry[1]] then
+            msgs[#msgs + 1] = classify.classify(entry, classifier)
+        end
+    end
+    if not first then
+        self:lift_fence(entries)
+    end
+    self:act(msgs, first)
+end
+
+
+--- Malformed entries are dead-lettered, matched ones dispatched, and
+-- unmatched ones settled by one task while the reader goes on (at most
+-- SETTLERS batches in flight). take_pending counts an entry without a body
+-- itself, so "missing" needs nothing here.
+function Worker:act(msgs, first)
+    local unmatched, by_id = {}, {}
+    for _, msg in ipairs(msgs) do
+        if msg.kind ~= "schedule" and msg.kind ~= "unverified" and msg.kind ~= "missing" then
+            self.report.event(msg.kind, msg)  -- schedule: decided by dispatch
+        end
+        if msg.kind == "unmatched" then
+            unmatched[#unmatched + 1] = msg.id
+            by_id[msg.id] = msg
+        elseif msg.kind == "malformed" then
+            self:dead_letter_malformed(msg)
+        elseif msg.kind == "matched" or msg.kind == "targeted" or msg.kind == "schedule" then
+            self:admit(msg)
+            self:spawn_message(msg)
+        end
+    end
+    if #unmatched > 0 then
+        self:settle_in_background(unmatched, by_id, first)
+    end
+end
+
+
+--- Lifts take_pending's crash fence from entries now classified. A stub's
+-- stays: a poison entry whose dead letter fails is poison again at its
+-- next read (the mark expires with the retention).
+function Worker:lift_fence(entries)
+    local marks = {}
+    for _, entry in ipairs(entries) do
+        if entry[3] == nil then
+            marks[#marks + 1] = self.keys.handling(entry[1])
+        end
+    end
+    if #marks == 0 then
+        return
+    end
+    local ok, err = self.client:call("DEL", unpack(marks))
+    if ok == nil then
+        log.failing(FENCE_FAILURE, "cannot lift the crash fence of classified entries; a later read counts "
+            .. "them once more", { error = err, count = #marks })
+    else
+        log.recovered(FENCE_FAILURE, "lifting crash fences again")
+    end
+end
+
+
+--- Settles a batch's unmatched entries in a task of its own, waiting first
+-- while SETTLERS batches are being settled.
+function Worker:settle_in_background(unmatched, by_id, first)
     self.settlers.acquire()
     self.busy = self.busy + 1
     loop.spawn(function()
         local ok, err = xpcall(function()
-            self:settle_missing(missing)
             self:settle_unmatched(unmatched, by_id, first)
         end, debug.traceback)
         self.busy = self.busy - 1
@@ -229,21 +369,6 @@ function Worker:settle_in_background(missing, unmatched, by_id, first)
             log.error("settling a batch failed", { error = err })
         end
     end)
-end
-
-
-function Worker:settle_missing(ids)
-    if #ids == 0 then
-        return
-    end
-    local counted, err = self.life:clear_missing(ids)
-    if counted == nil then
-        log.warn("cannot clear entries without a body", { error = err })
-        return
-    end
-    self.report.inc("relay_missing_payload_total", nil, counted)
-    log.error("pending entries have no body (trimmed or deleted outside relay): data loss",
-        { count = counted, ids = table.concat(ids, ",") })
 end
 
 
@@ -263,60 +388,117 @@ function Worker:settle_unmatched(ids, by_id, first)
         kept, err = self.life:ack_unmatched(ids)
     end
     if kept == nil then
-        log.warn("cannot acknowledge unmatched messages; they stay pending", { error = err })
+        log.failing("settle", "cannot acknowledge unmatched messages; they stay pending", { error = err })
         return
     end
     for _, id in ipairs(kept) do
-        self.message_slots.acquire()
+        self:admit(by_id[id])
         self:spawn_message(by_id[id])
     end
 end
 
 
---- One XREADGROUP: ">" blocks on the reader connection; an explicit id
--- re-reads this consumer's own pending entries.
-function Worker:read(from)
+--- One XREADGROUP of new entries, blocking on the reader connection. Its
+-- reply is capped (read_limits): one too large fails with TOO_LARGE.
+function Worker:read()
     local c, cfg = self.constants, self.cfg
-    local count = math.max(16, 2 * cfg.max_concurrency)
-    if from == ">" then
-        return self.reader:call_timeout(c.read_block_ms / 1000 + 5, "XREADGROUP", "GROUP", cfg.group, cfg.consumer,
-            "COUNT", count, "BLOCK", c.read_block_ms, "STREAMS", cfg.stream, ">")
-    end
-    return self.reader:call_timeout(10, "XREADGROUP", "GROUP", cfg.group, cfg.consumer, "COUNT", count,
-        "STREAMS", cfg.stream, from)
+    return self.reader:call_timeout(c.read_block_ms / 1000 + 5, "XREADGROUP", "GROUP", cfg.group, cfg.consumer,
+        "COUNT", self.limits.count, "BLOCK", c.read_block_ms, "STREAMS", cfg.stream, ">")
 end
 
 
+--- One take_pending step (relay.scripts): mode "own" or "idle", after
+-- cursor ("-": from the start). Returns { entries, cursor, done }, or nil,
+-- err, kind.
+function Worker:take_pending(mode, cursor)
+    local l, k = self.limits, self.keys
+    self:await_room()
+    local reply, err, kind = redis.eval(self.client, scripts.take_pending, { self.cfg.stream, k.stats }, {
+        self.cfg.group, self.cfg.consumer, mode, cursor, l.count, l.event, l.entry, classify.OBJECT_BYTES,
+        k.inv_prefix, k.handling_prefix, self.constants.terminal_retention_ms, POISON_CRASHES,
+        self.constants.min_pending_idle_ms,
+    })
+    if reply == nil then
+        return nil, err, kind
+    end
+    if reply[3] > 0 then
+        self.report.inc("relay_missing_payload_total", nil, reply[3])
+        log.error("pending entries have no body (trimmed or deleted outside relay): data loss",
+            { count = reply[3] })
+    end
+    return { entries = reply[4], cursor = reply[1], done = reply[2] == 1 }
+end
+
+
+--- After a failed read: recreates a lost group, logs the failure once
+-- per change (log.failing), and waits the jittered delay. Returns the next
+-- delay (doubled, capped): every way a read fails backs off, so a group
+-- that cannot be recreated, a stream key of another type or a reader that
+-- reconnected before the command client never make a hot loop.
 function Worker:recover_read_error(err, kind, delay)
     if self.shutdown.draining then
         return delay  -- the read was cut short by the shutdown itself
     end
     if kind == "reply" and tostring(err):find("NOGROUP", 1, true) then
-        log.warn("consumer group is gone; recreating it at 0", { error = err })
-        self.report.inc("relay_group_recreated_total")
-        self.group_recreated = true
-        self:ensure_group()
-        return 0.1
+        if self:recreate_group(err) then
+            return 0.1  -- the group is back: read at once, whatever the backoff had grown to
+        end
+    else
+        log.failing(READ_FAILURE, "reading the stream failed; backing off", { error = err, kind = kind })
     end
-    log.warn("reading the stream failed; backing off", { error = err, kind = kind })
-    loop.sleep(delay)
-    return math.min(delay * 2, READ_BACKOFF_CAP_S)
+    loop.sleep(backoff.jitter(delay))
+    return backoff.grow(delay, READ_BACKOFF_CAP_S)
 end
 
 
---- Re-reads this consumer's own pending entries: a restart's unfinished
--- work. Returns the read backoff it ended with.
-function Worker:read_own_pending(delay)
-    local cursor = "0"
-    while not self.shutdown.draining and cursor do
-        local reply, err, kind = self:read(cursor)
-        if reply == nil then
+--- The group is gone (deleted, or a restart lost the data set): recreates
+-- it at 0, and counts it when that worked. Returns true to read again at
+-- once: recreated, and no group recreated before is still waiting for a
+-- read to work (a group that vanishes again at once, or a reader that sees
+-- another server, is backed off and logged like any repeated failure).
+function Worker:recreate_group(err)
+    local ok, cerr = self:ensure_group()
+    if not ok then
+        log.failing(READ_FAILURE, "consumer group is gone and cannot be recreated; backing off",
+            { error = cerr, read_error = err })
+        return false
+    end
+    self.report.inc("relay_group_recreated_total")
+    self.group_recreated = true
+    if self.recreated_unread then
+        log.failing(READ_FAILURE, "consumer group is gone again before a read worked; recreated it, backing off",
+            { error = err })
+        return false
+    end
+    log.warn("consumer group is gone; recreating it at 0", { error = err })
+    self.recreated_unread = true
+    return true
+end
+
+
+--- A read worked: a read failure (if any) ends with one INFO line.
+function Worker:read_succeeded()
+    self.recreated_unread = false
+    log.recovered(READ_FAILURE, "reading the stream again")
+end
+
+
+--- Reads this consumer's own pending entries after cursor (default: all):
+-- a restart's unfinished work, or what a read too large to take delivered.
+-- Returns the read backoff it ended with.
+function Worker:read_own_pending(delay, cursor)
+    cursor = cursor or "-"
+    local done = false
+    while not (self.shutdown.draining or done) do
+        local step, err, kind = self:take_pending("own", cursor)
+        if step == nil then
             delay = self:recover_read_error(err, kind, delay)
         else
-            local entries = reply ~= redis.null and reply[1] and reply[1][2] or {}
-            cursor = entries[#entries] and entries[#entries][1]
-            if cursor then
-                self:handle_batch(entries)
+            self:read_succeeded()
+            cursor, done = step.cursor, step.done
+            self.last_read = cursor ~= "-" and cursor or self.last_read
+            if #step.entries > 0 then
+                self:handle_batch(step.entries)
             end
         end
     end
@@ -324,44 +506,84 @@ function Worker:read_own_pending(delay)
 end
 
 
---- Own pending entries first, then new entries until draining.
+--- One read of new entries and its batch; returns the read backoff. A read
+-- whose reply was too large to take still delivered its entries to this
+-- consumer: they are taken from its pending list then, large ones as stubs.
+-- (A function of its own, so that no frame keeps the reply once handled.)
+function Worker:read_new(delay)
+    self:await_room()
+    local reply, err, kind = self:read()
+    if reply == nil and tostring(err):find(TOO_LARGE, 1, true) then
+        log.warn("new entries too large to read at once; taking them from the pending list",
+            { error = err, after = self.last_read })
+        return self:read_own_pending(delay, self.last_read)
+    elseif reply == nil then
+        return self:recover_read_error(err, kind, delay)
+    end
+    self:read_succeeded()
+    if reply ~= redis.null and not self.shutdown.draining then
+        local entries = reply[1][2]
+        self.last_read = entries[#entries][1]
+        self:handle_batch(entries, true)
+    end
+    return 0.1
+end
+
+
+--- Every read, one at a time: own pending entries first, then new entries
+-- until draining, and the reclaim sweep whenever it is due.
 function Worker:read_loop()
     local delay = self:read_own_pending(0.1)
+    local every_s = self.constants.reclaim_every_ms / 1000
+    local reclaim_at = loop.monotonic() + every_s
     while not self.shutdown.draining do
-        local reply, err, kind = self:read(">")
-        if reply == nil then
-            delay = self:recover_read_error(err, kind, delay)
-        else
-            delay = 0.1
-            if reply ~= redis.null and not self.shutdown.draining then
-                self:handle_batch(reply[1][2], true)
+        delay = self:read_new(delay)
+        if loop.monotonic() >= reclaim_at and not self.shutdown.draining then
+            local ok, err = xpcall(self.reclaim_once, debug.traceback, self)
+            if not ok then
+                log.error("background task failed", { error = err })
             end
+            reclaim_at = loop.monotonic() + every_s
         end
     end
 end
 
 
---- XAUTOCLAIM sweep: claims entries idle past MinPendingIdle (a dead
+--- The reclaim sweep: claims entries idle past MinPendingIdle (a dead
 -- replica's, or messages waiting for their retry) and runs them here.
 function Worker:reclaim_once()
-    local cursor = "0-0"
+    local cursor, done = "-"
     repeat
-        local next_cursor, entries, deleted = self.life:reclaim_step(cursor, 100)
-        if next_cursor == nil then
-            log.warn("reclaim sweep failed", { error = entries })
+        local step, err = self:take_pending("idle", cursor)
+        if step == nil then
+            log.failing(RECLAIM_FAILURE, "reclaim sweep failed", { error = err })
             return
         end
-        if deleted > 0 then
-            self.report.inc("relay_missing_payload_total", nil, deleted)
-            log.error("reclaimed entries have no body (trimmed or deleted outside relay): data loss",
-                { count = deleted })
+        log.recovered(RECLAIM_FAILURE, "reclaim sweep works again")
+        cursor, done = step.cursor, step.done
+        if #step.entries > 0 then
+            self.report.inc("relay_reclaimed_total", nil, #step.entries)
+            self:handle_batch(step.entries)
         end
-        if #entries > 0 then
-            self.report.inc("relay_reclaimed_total", nil, #entries)
-            self:handle_batch(entries)
-        end
-        cursor = next_cursor
-    until cursor == "0-0" or self.shutdown.draining
+    until done or self.shutdown.draining
+end
+
+
+--- Counts entries trimmed before the group read them (relay.scripts): they
+-- would otherwise stay in the lag for ever, unseen.
+function Worker:count_trimmed()
+    local gone, err = redis.eval(self.client, scripts.count_trimmed, { self.cfg.stream, self.keys.stats },
+        { self.cfg.group, "count" })
+    if gone == nil then
+        log.failing(TRIMMED_FAILURE, "cannot check for entries trimmed before delivery", { error = err })
+        return
+    end
+    log.recovered(TRIMMED_FAILURE, "checking for entries trimmed before delivery again")
+    if gone > 0 then
+        self.report.inc("relay_trimmed_undelivered_total", nil, gone)
+        log.error("entries were trimmed from the stream before any consumer read them: data loss",
+            { count = gone })
+    end
 end
 
 
@@ -380,13 +602,89 @@ function Worker:every(interval_ms, fn)
 end
 
 
+--- Every housekeeping period: the pause set and the apps kept fresh, dead
+-- consumers removed, and one bounded step of the stranded-invocation sweep.
+-- The first call (before the loops start) also opens RELAY_CLAIM_WAIT's
+-- connection.
 function Worker:housekeeping()
+    self:connect_claim_client()
     local paused = self.client:call("SMEMBERS", self.keys.paused)
     if type(paused) == "table" then
         self.registry:set_paused(paused)
     end
     if self.registry:changed() then
         self:reload("template change")
+    end
+    self:reap_dead_consumers()
+    self:sweep_stranded()
+end
+
+
+--- RELAY_CLAIM_WAIT: claims and their WAIT get a connection of their own,
+-- because WAIT blocks the connection it runs on and the heartbeat must
+-- never queue behind it.
+function Worker:connect_claim_client()
+    if not self.cfg.claim_wait or self.claim_client then
+        return
+    end
+    local client, err = redis.connect(self.cfg)
+    if not client then
+        exit.env(err)
+    end
+    self.claim_client = client
+    self.life:use_claim_wait(client, self.cfg.claim_wait)
+    log.info("claims wait for replica acknowledgement", { replicas = self.cfg.claim_wait.replicas,
+        timeout_ms = self.cfg.claim_wait.timeout_ms })
+end
+
+
+--- Logs a failing housekeeping step once until it works again. Lost
+-- connections are left to the connection's own reporting: an outage must
+-- not cost a line per step and tick.
+function Worker:step_failed(what, err, kind)
+    self.failing_steps = self.failing_steps or {}
+    local failing = err ~= nil and kind ~= "io"
+    if failing and not self.failing_steps[what] then
+        log.warn(what .. " failed; retried every housekeeping period", { error = err })
+    end
+    self.failing_steps[what] = failing or nil
+end
+
+
+--- Removes consumers whose holder has been gone for longer than the bound
+-- (relay.lifecycle), after claiming their pending entries for this one.
+function Worker:reap_dead_consumers()
+    local done, err, kind = self.life:reap_dead_consumers()
+    self:step_failed("removing dead consumers", done == nil and err or nil, kind)
+    if done == nil then
+        return
+    end
+    for _, d in ipairs(done) do
+        log.info(d[2] == "deleted" and "removed a dead consumer" or "claimed entries of a dead consumer",
+            { consumer = d[1], claimed = d[3] })
+    end
+end
+
+
+--- One step of the stranded-invocation sweep; the cursor carries over to
+-- the next housekeeping tick, so each tick costs one bounded SCAN.
+function Worker:sweep_stranded()
+    local cursor, r, kind = self.life:sweep_step(self.sweep_cursor or "0")
+    self:step_failed("the stranded-invocation sweep", cursor == nil and r or nil, kind)
+    if cursor == nil then
+        return
+    end
+    self.sweep_cursor = cursor
+    if r[1] > 0 then
+        log.info("released this daemon's claims on attempts it is not running (not charged)", { count = r[1] })
+    end
+    if r[3] > 0 then
+        self.report.inc("relay_missing_payload_total", nil, r[3])
+        log.error("invocations left no pending entry and their entry is gone: data loss", { count = r[3] })
+    end
+    for i = 4, #r do
+        log.warn("re-queued an invocation whose message was in no pending list", { message_id = r[i][1],
+            invocation = r[i][2], new_id = r[i][3] })
     end
 end
 
@@ -409,14 +707,16 @@ function Worker:trim()
     if self.cfg.retention_ms > 0 then
         local removed, err = self.life:trim(self.cfg.retention_ms)
         if removed == nil then
-            log.warn("trimming the stream failed", { error = err })
+            log.failing("trim", "trimming the stream failed", { error = err })
         elseif removed > 0 then
             log.debug("trimmed acknowledged entries", { count = removed })
         end
     end
     local forgotten, err = redis.eval(self.client, scripts.forget_trusted, { self.cfg.stream, self.keys.trusted }, {})
     if forgotten == nil then
-        log.warn("forgetting trusted records failed", { error = err })
+        log.failing("trim", "forgetting trusted records failed", { error = err })
+    else
+        log.recovered("trim", "trimming works again")
     end
 end
 
@@ -451,18 +751,19 @@ end
 
 
 function Worker:connect()
-    local client, err = redis.connect(self.cfg)
+    local client, err = redis.connect(self.cfg, self.limits.reply)
     if not client then
         exit.env(err)
     end
     self.client = client
-    self.reader, err = redis.connect(self.cfg)
+    self.reader, err = redis.connect(self.cfg, self.limits.reply)
     if not self.reader then
         exit.env(err)
     end
     self.life = lifecycle.new({
         client = client, stream = self.cfg.stream, group = self.cfg.group,
         consumer = self.cfg.consumer, instance = self.instance, constants = self.constants,
+        dlq_maxlen = self.cfg.dlq_maxlen or nil,
     })
     self.guard = guard.new({ client = client, stream = self.cfg.stream, consumer = self.cfg.consumer,
         instance = self.instance, constants = self.constants, shutdown = self.shutdown })
@@ -471,12 +772,34 @@ end
 
 
 --- Removes this consumer's orphaned containers, then loads the apps.
+--- The start-up sweep: this consumer's orphans (unless a live daemon of
+-- another stream shares its runtime root), then those of consumers on this
+-- host whose holder is dead (runtime.sweep_dead_consumers). The daemon then
+-- holds its root for its whole life.
 function Worker:start_runtime()
-    local ok, swept = pcall(runtime.sweep, self.rt)
+    local ok, swept, owned = pcall(runtime.sweep, self.rt, { hold = true })
     if not ok then
         log.warn("orphan cleanup failed", { error = swept })
-    elseif swept and swept > 0 then
+    elseif owned then
+        log.info("runtime root shared with a live relay (another stream): its orphans are left to it",
+            { consumer = self.cfg.consumer })
+    elseif swept > 0 then
         log.info("removed orphaned containers of this consumer", { count = swept })
+    end
+    local fs, host = require("relay.fs"), require("relay.config").hostname()
+    local function holder_dead(name)
+        local value = self.client:call("GET", self.keys.consumer(name))
+        if type(value) ~= "string" then
+            return value ~= nil  -- no key: no holder; no reply: leave it be
+        end
+        local h_host, pid = value:match("^(.*):(%d+):[^:]*$")
+        return h_host == host and not fs.exists("/proc/" .. pid)
+    end
+    local dok, dead = pcall(runtime.sweep_dead_consumers, self.rt, holder_dead)
+    if not dok then
+        log.warn("cleanup of dead consumers failed", { error = dead })
+    elseif dead > 0 then
+        log.info("removed orphaned containers of dead consumers on this host", { count = dead })
     end
     local loaded, err = self.registry:reload()
     if not loaded then
@@ -491,6 +814,7 @@ end
 
 function Worker:drain()
     self.shutdown:wait()
+    notify.stopping(string.format("draining: %d running", self.slots.running))
     while self.busy > 0 or self.slots.running > 0 do
         loop.sleep(0.05)
     end
@@ -500,6 +824,10 @@ function Worker:drain()
         -- process exits 128+signal, not 0
         io.stdout:flush()
         loop.exit(self.shutdown.exit_code)
+    end
+    local unanswered = self.life:release_unanswered()
+    if unanswered > 0 then
+        log.warn("could not release claims of unanswered TryStarts; they count as lost", { count = unanswered })
     end
     self.guard:release()
     log.info("stopped")
@@ -522,9 +850,9 @@ end
 function Worker:start_loops()
     local c = self.constants
     loop.spawn(function() self:read_loop() end)
-    self:every(c.reclaim_every_ms, Worker.reclaim_once)
     self:every(c.housekeeping_every_ms, Worker.housekeeping)
     self:every(c.trim_every_ms, Worker.trim)
+    self:every(c.trim_every_ms, Worker.count_trimmed)
     self:every(c.schedule_tick_ms, scheduler.ticker({ client = self.client, stream = self.cfg.stream,
         registry = self.registry }))
 end
@@ -534,6 +862,7 @@ end
 function _M.run(cfg, opts)
     opts = opts or {}
     log.configure(cfg.log_level, cfg.log_format)
+    log.start_async()  -- from now on the loop never waits for the reader of stderr
     local w = new_worker(cfg, opts.constants or constants)
     w:connect()
     w.guard:claim()
@@ -544,11 +873,14 @@ function _M.run(cfg, opts)
     end
     w:start_runtime()
     w.guard:start_heartbeat()
+    clock.start(w.client, w.constants.heartbeat_every_ms)
     log.info("relay started", { stream = cfg.stream, group = cfg.group, consumer = cfg.consumer,
         instance = w.instance, apps = #w.registry.list, max_concurrency = cfg.max_concurrency })
     w:housekeeping()
     observe.start(w.obs, w:started_info())
     w:start_loops()
+    notify.ready(string.format("consuming %s as %s", cfg.stream, cfg.consumer))
+    notify.start_watchdog()
     if opts.on_ready then
         opts.on_ready(w)
     end

@@ -212,13 +212,15 @@ local function run_suite(driver, env, run)
 end
 
 
---- A copy of the binary and its Lua tree that an unprivileged user can run
--- (the checkout may sit below a directory only root can enter).
+--- A copy of the binary, relay-init and its Lua tree, installed as they are
+-- by `cmake --install`, that an unprivileged user can run (the checkout may
+-- sit below a directory only root can enter).
 local function unprivileged_install()
     local prefix = ROOT .. "/nobody"
-    assert(os.execute(string.format("mkdir -p %s/bin %s/share/relay && cp %s %s/bin/relay && " ..
-        "cp -r %s %s/share/relay/lua && chmod -R a+rX %s", prefix, prefix, cli.quote(cli.binary()), prefix,
-        cli.quote(HERE .. "/../../lua"), prefix, prefix)) == 0)
+    assert(os.execute(string.format("mkdir -p %s/bin %s/share/relay %s/libexec/relay && cp %s %s/bin/relay && " ..
+        "cp %s %s/libexec/relay/ && cp -r %s %s/share/relay/lua && chmod -R a+rX %s", prefix, prefix, prefix,
+        cli.quote(cli.binary()), prefix, cli.quote(runtime.init_binary()), prefix, cli.quote(HERE .. "/../../lua"),
+        prefix, prefix)) == 0)
     local state = ROOT .. "/nobody-state"
     assert(fs.mkdir_p(state))
     assert(os.execute("chown 65534:65534 " .. cli.quote(state)) == 0)

@@ -255,16 +255,18 @@ maybe("relay run faults #compressed", function()
         d2:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 60, "everything settled")
         mon.stop()
 
+        -- the first read is of c1's own pending list (the take_pending script
+        -- lists it with XPENDING), before any read of new entries
+        local own_pel = '"XPENDING" "events" "relay" "%-" "%+" "%d+" "' .. w:consumer("c1"):gsub("%-", "%%-") .. '"$'
         local first_read
         for _, l in ipairs(mon.lines) do
-            if l:find('"XREADGROUP"', 1, true) then
+            if l:find('"XREADGROUP"', 1, true) or l:find(own_pel) then
                 first_read = l
                 break
             end
         end
-        assert.is_truthy(first_read, "no XREADGROUP after the restart")
-        assert.truthy(first_read:find('"' .. w:consumer("c1") .. '"', 1, true), first_read)
-        assert.truthy(first_read:find('"STREAMS" "events" "0"$'), first_read)
+        assert.is_truthy(first_read, "no read after the restart")
+        assert.truthy(first_read:find(own_pel), first_read)
         assert.is_true(next(pel_before) ~= nil)
 
         local duplicates = assert_recovered(w, d1, d2, ids, interrupted)
@@ -414,7 +416,7 @@ maybe("relay run faults #compressed", function()
         d:wait_until(function() return #d:runs("end") == 4 end, 10, "four ends during the outage")
         loop.sleep(1.5)
         assert.is_true(d:alive())
-        assert.is_true(d:count("cannot record a success; retrying") >= 1)
+        assert.is_true(d:count("redis unreachable; retrying error=") == 1)  -- once, not per retry
         w:start_redis()
         d:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 20, "results recorded")
         for _, id in ipairs(ids) do

@@ -306,7 +306,7 @@ maybe("observability of the daemon", function()
         r = cli.run({ "status" }, { REDIS_URL = server.url })
         assert.are.equal(0, r.code, r.stderr)
         assert.matches("^stream\tevents\tlength 7\n", r.stdout)
-        assert.matches("\nconsumer\t" .. CONSUMER:gsub("%-", "%%-") .. "\tpending 0\tidle %d+%.%ds\n", r.stdout)
+        assert.matches("\nconsumer\t" .. CONSUMER:gsub("%-", "%%-") .. "\tpending 0\tidle %d+%.%ds\talive\n", r.stdout)
     end)
 
     it("drains on SIGTERM with a JSON goodbye", function()

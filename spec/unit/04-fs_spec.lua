@@ -295,11 +295,12 @@ describe("relay.fs", function()
         end)
 
         it("a zombie is not alive", function()
-            -- `true` runs in the background of a shell that then becomes
-            -- `sleep`, which never reaps it: a zombie until sleep ends.
+            -- a short sleep runs in the background of a shell that then
+            -- becomes `sleep 30`, which never reaps it: a zombie once it ends.
+            -- (A child that ended before the exec could be reaped by the shell.)
             local lines = {}
             local h = assert(proc.spawn({
-                argv = { "sh", "-c", "true & echo $!; exec sleep 30" },
+                argv = { "sh", "-c", "sleep 0.3 & echo $!; exec sleep 30" },
                 on_line = function(stream, line)
                     if stream == "stdout" then
                         lines[#lines + 1] = line

@@ -25,7 +25,7 @@ end
 
 local INV = {
     handler = "users.created", trigger = "event", message_id = "1700000000000-0",
-    attempt = 2, deadline_ms = 1700000020000,
+    attempt = 2, deadline_ms = 1700000020000, kill_at_ms = 123456789,
 }
 
 local function ctx(private)
@@ -159,7 +159,8 @@ describe("runc driver", function()
             "/usr/bin/catatonit")
         local p = c.process
         assert.is_false(p.terminal)
-        assert.are.same({ "/.relay-init", "--", "python3", "/app/main.py" }, p.args)
+        -- relay-init's deadline and its control socket (fd 3: runc --preserve-fds 1)
+        assert.are.same({ "/.relay-init", "-d", "123456789", "-c", "3", "--", "python3", "/app/main.py" }, p.args)
         assert.are.equal("/app", p.cwd)
         assert.are.equal(65534, p.user.uid)
         assert.are.equal(65534, p.user.gid)
@@ -247,7 +248,15 @@ describe("runc driver", function()
         assert.truthy(spec.dir:find(STATE .. "/worker-1/bundles/users/relay-worker-1-users-", 1, true))
         assert.is_true(has_seq(spec.argv, { "--root", STATE .. "/worker-1/runc" }))
         assert.is_true(has_seq(spec.argv, { "--log", spec.dir .. "/runc.log", "--log-format", "json",
-            "run", "--bundle", spec.dir, spec.id }))
+            "run", "--preserve-fds", "1", "--bundle", spec.dir, spec.id }))
+        assert.is_true(spec.control)
+        local config = require("cjson").decode(fs.read_file(spec.dir .. "/config.json"))
+        assert.are.equal("/.relay-init", config.process.args[1])
+        for _, m in ipairs(config.mounts) do
+            if m.destination == "/.relay-init" then
+                assert.are.equal(runtime.init_binary(), m.source)
+            end
+        end
         assert.are.same({ "kill", spec.id, "KILL" }, { unpack(spec.kill_argv, #spec.kill_argv - 2) })
         assert.is_nil(spec.term_argv)
         assert.is_true(has_seq(spec.delete_argv, { "delete", "--force", spec.id }))
@@ -257,16 +266,41 @@ describe("runc driver", function()
         fs.rm_rf(spec.dir)
     end)
 
-    it("tells runc's own errors from the handler's", function()
+    it("reads runc's own last error: the host's failure, never the handler's", function()
         local log = '{"level":"warning","msg":"w","time":"t"}\n' ..
-            '{"level":"error","msg":"runc run failed: unable to start container process: exec: \\"nosuch\\": ' ..
+            '{"level":"error","msg":"runc run failed: unable to start container process: exec: \\"x\\": ' ..
             'executable file not found in $PATH","time":"t"}\n'
         local msg = runc.log_error(log)
-        assert.truthy(msg:find('exec: "nosuch"', 1, true))
-        assert.are.equal(127, runc.command_error_status(msg))
-        assert.are.equal(126, runc.command_error_status('exec: "/app/x": permission denied'))
-        assert.is_nil(runc.command_error_status("runc run failed: cgroup: mkdir: no space left on device"))
+        assert.truthy(msg:find('exec: "x"', 1, true))
         assert.is_nil(runc.log_error('{"level":"info","msg":"x"}'))
+    end)
+
+    it("tells a handler's exit 128+N from a signal N by relay-init's record", function()
+        local parse = runtime.parse_init_record
+        assert.are.same({ kind = "exit", n = 137 }, parse("exit 137"))
+        assert.are.same({ kind = "signal", n = 9 }, parse("signal 9"))
+        assert.are.same({ kind = "exec", n = 2, text = "No such file or directory" },
+            parse("exec 2 No such file or directory"))
+        assert.are.same({ kind = "deadline" }, parse("deadline"))
+        assert.is_nil(parse("exit"))
+        assert.is_nil(parse("signal x"))
+        assert.is_nil(parse("hello 1"))
+        local function outcome(status, line)
+            return runtime.init_outcome({ status = status }, status, line and parse(line), "/app/h")
+        end
+        assert.are.same({ status = 137 }, outcome(137, "exit 137"))
+        assert.are.same({ signal = 9 }, outcome(137, "signal 9"))
+        assert.are.same({ signal = 15 }, outcome(143, "signal 15"))
+        -- no record (relay-init itself was killed): the runtime's convention
+        assert.are.same({ signal = 9 }, outcome(137))
+        -- a record that does not match the status changes nothing
+        assert.are.same({ status = 3 }, outcome(3, "signal 9"))
+        assert.are.same({ status = 127, detail = "exec /app/h: No such file or directory" },
+            outcome(127, "exec 2 No such file or directory"))
+        assert.are.same({ status = 137, timed_out = true }, outcome(137, "deadline"))
+        -- relay-init could not even start the handler: the host's failure
+        assert.is_true(outcome(125).host_failure)
+        assert.are.same({ status = 125 }, outcome(125, "exit 125"))
     end)
 end)
 
@@ -293,7 +327,11 @@ describe("bwrap driver", function()
         assert.is_true(has_seq(argv, { "--remount-ro", "/", "--chdir", "/app" }))
         assert.is_true(has_seq(argv, { "--setenv", "RELAY_HANDLER", "users.created" }))
         assert.is_true(has_seq(argv, { "--setenv", "RELAY_ATTEMPT", "2" }))
-        assert.is_true(has_seq(argv, { "--", "python3", "/app/main.py" }))
+        -- relay-init runs the command: its binary is fd 5, its control socket
+        -- the descriptor after the last one passed (no image: 6)
+        assert.is_true(has_seq(argv, { "--ro-bind-fd", "5", "/.relay-init" }))
+        assert.is_true(has_seq(argv, { "--", "/.relay-init", "-d", "123456789", "-c", "6", "--", "python3",
+            "/app/main.py" }))
         assert.are.equal("/app/main.py", argv[#argv])
         assert.truthy(index_of(d:command(app({ network = "host" }), INV), "--share-net"))
         assert.is_nil(index_of(d:command(app({ seccomp = { unconfined = "why" } }), INV), "--seccomp"))
@@ -305,7 +343,8 @@ describe("bwrap driver", function()
         d.limit_ok = false
         local spec = assert(d:prepare(app(), INV))
         runtime.close_fds(spec.pass_fds)
-        assert.are.equal(2, #spec.pass_fds)
+        assert.are.equal(3, #spec.pass_fds)
+        assert.is_true(spec.control)
         assert.are.equal(1024, spec.nofile)
         assert.is_true(spec.no_core)
         if fs.geteuid() == 0 then
@@ -322,12 +361,22 @@ describe("bwrap driver", function()
         local d = bwrap.new(ctx())
         local out = d.finish(d, { bwrap_error = "bwrap: Can't mount proc on /newroot/proc: EPERM" }, { status = 1 })
         assert.is_true(out.host_failure)
-        out = d.finish(d, { bwrap_error = "bwrap: execvp nosuch: No such file or directory" }, { status = 1 })
+        -- bwrap only executes relay-init: an exec error of bwrap's is the host's
+        out = d.finish(d, { bwrap_error = "bwrap: execvp /.relay-init: No such file or directory" }, { status = 1 })
+        assert.is_true(out.host_failure)
+        -- the handler's own missing command is relay-init's record
+        out = d.finish(d, { command = "nosuch", init_record = runtime.parse_init_record("exec 2 No such file") },
+            { status = 127 })
         assert.is_nil(out.host_failure)
         assert.are.equal(127, out.status)
+        -- a handler printing bwrap's prefix and exiting 1 is the handler
+        out = d.finish(d, { bwrap_error = "bwrap: mine", init_record = { kind = "exit", n = 1 } }, { status = 1 })
+        assert.are.same({ status = 1 }, out)
         out = d.finish(d, {}, { status = 137 })
         assert.are.equal(9, out.signal)
         assert.is_nil(out.status)
+        out = d.finish(d, { init_record = { kind = "exit", n = 137 } }, { status = 137 })
+        assert.are.same({ status = 137 }, out)
         out = d.finish(d, {}, { status = 1 })
         assert.are.equal(1, out.status)
     end)
@@ -372,6 +421,7 @@ describe("docker and podman drivers", function()
         assert.is_true(has_seq(spec.kill_argv, { "kill", "--signal", "KILL", spec.id }))
         assert.is_true(has_seq(spec.rm_argv, { "rm", "-f", spec.id }))
         assert.is_nil(index_of(spec.argv, "--runtime"))
+        assert.is_nil(index_of(spec.argv, "--timeout"))
     end)
 
     it("builds podman run with runc and its containers.conf", function()
@@ -382,6 +432,13 @@ describe("docker and podman drivers", function()
         assert.is_true(has_seq(spec.argv, { "--runtime", "runc", "run" }))
         assert.is_true(has_seq(spec.argv, { "--label", "relay.owner=worker-1.invoke-" .. fs.getpid() }))
         assert.are.equal(rt.base_dir .. "/containers.conf", spec.env.CONTAINERS_CONF)
+        -- conmon ends the container at relay-init's deadline, daemon or not
+        local timeout = tonumber(spec.argv[index_of(spec.argv, "--timeout") + 1])
+        assert.is_true(timeout >= 1, tostring(timeout))
+        local soon = podman.new(rt):prepare(app({ image = "example/users:1" }), { handler = "h", trigger = "event",
+            message_id = "1-0", attempt = 1, deadline_ms = 0,
+            kill_at_ms = require("relay.core.loop").monotonic() * 1000 + 2500 })
+        assert.is_true(has_seq(soon.argv, { "--timeout", "3" }))
         assert.truthy(fs.read_file(spec.env.CONTAINERS_CONF):find("default_ulimits = []", 1, true))
         rt:close()
     end)

@@ -52,6 +52,13 @@ local function fake_lifecycle(replies)
     function life.release(_, _, inv, token, attempt, previous)
         return reply("release", inv.label, "released", token, attempt, previous)
     end
+    -- Recorded only when a spec sets its reply: most claims need no replica.
+    function life.replicated()
+        if replies.replicated == nil then
+            return true
+        end
+        return reply("replicated", nil, true)
+    end
     function life.exhaust(_, _, label, reason)
         return mark(label, reply("exhaust", label, "exhausted", reason))
     end
@@ -298,6 +305,26 @@ describe("dispatch", function()
         assert.are.same({ "try_start", "release", "ack_if_terminal" }, call_names(ctx.lifecycle))
         assert.are.same({}, lines)  -- the handler never ran
         assert_slots_free(ctx)
+    end)
+
+    it("starts nothing when replicas do not acknowledge the claim: released uncharged, tried again later", function()
+        local ctx = context({ replies = {
+            try_start = { "start", 2, "waiting:1:0" },
+            replicated = function() return false, "0 of 1 replicas acknowledged within 50 ms", true end,
+        } })
+        assert.are.same({ "pending", 20 }, { dispatch.process(ctx, matched("a/ok")) })
+        assert.are.same({ "try_start", "replicated", "release", "ack_if_terminal" }, call_names(ctx.lifecycle))
+        assert.are.same({ "release", "a/ok", "i.1", 2, "waiting:1:0" }, call(ctx.lifecycle, "release"))
+        assert.are.same({}, lines)  -- the handler never ran
+        assert.are.same({}, ctx.reporter.attempts)
+        assert.are.same({ "replicas do not acknowledge claims; nothing starts" }, warnings)
+        assert_slots_free(ctx)
+    end)
+
+    it("runs a claim the replicas acknowledged", function()
+        local ctx = context({ replies = { replicated = true } })
+        assert.are.equal("acked", dispatch.process(ctx, matched("a/ok")))
+        assert.are.same({ "try_start", "replicated", "succeed", "ack_if_terminal" }, call_names(ctx.lifecycle))
     end)
 
     it("starts nothing once draining", function()

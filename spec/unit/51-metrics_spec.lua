@@ -7,10 +7,11 @@ local loop = require("relay.core.loop")
 local FAMILIES = {
     relay_events_total = "counter", relay_attempts_total = "counter",
     relay_attempt_duration_seconds = "histogram", relay_dlq_entries_total = "counter",
-    relay_missing_payload_total = "counter", relay_reclaimed_total = "counter",
+    relay_missing_payload_total = "counter", relay_trimmed_undelivered_total = "counter",
+    relay_reclaimed_total = "counter",
     relay_running_invocations = "gauge", relay_redis_reconnects_total = "counter",
     relay_start_failures_total = "counter", relay_stale_token_writes_total = "counter",
-    relay_group_recreated_total = "counter",
+    relay_group_recreated_total = "counter", relay_log_dropped_total = "counter",
 }
 
 

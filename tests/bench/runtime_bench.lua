@@ -49,9 +49,21 @@ local spec = assert(driver:prepare(app, inv))
 local json = require("relay.runtime.json")
 local seccomp = require("relay.core.seccomp")
 
---- A sibling bundle whose config is Relay's, changed by edit(config).
+--- A sibling bundle whose config is Relay's, changed by edit(config). Run
+-- by a shell here, whose runc passes no control socket: relay-init runs
+-- without one (-c dropped).
 local function variant_bundle(name, edit)
-    local config = driver:config(app, inv, spec.id .. "-" .. name, driver.host_rootfs, runtime.init_binary(app))
+    local config = driver:config(app, inv, spec.id .. "-" .. name, driver.host_rootfs, runtime.init_binary())
+    local args = config.process.args
+    local i = 2
+    while args[i] and args[i] ~= "--" do
+        if args[i] == "-c" then
+            table.remove(args, i)
+            table.remove(args, i)
+        else
+            i = i + 2
+        end
+    end
     edit(config)
     local dir = spec.dir .. "-" .. name
     assert(fs.mkdir_p(dir))
@@ -69,6 +81,7 @@ local soft_dir = variant_bundle("soft", function(c)
     end
     c.linux.namespaces = kept
 end)
+local bare_dir = variant_bundle("bare", function() end)
 local deny_dir = variant_bundle("deny", function(c)
     c.linux.seccomp = seccomp.profile("denylist")
 end)
@@ -85,7 +98,7 @@ local function runc_run(dir, id)
 end
 
 local function bare(i)
-    return runc_run(spec.dir, spec.id .. "-bare" .. i)
+    return runc_run(bare_dir, spec.id .. "-bare" .. i)
 end
 
 local function soft(i)
@@ -100,7 +113,7 @@ local function supervised(i)
     local t0 = loop.monotonic()
     local argv = { unpack(spec.argv) }
     argv[#argv] = spec.id .. "-sup" .. i
-    local h = assert(proc.spawn({ argv = argv, env = spec.env, stdin = EVENT, timeout = 30,
+    local h = assert(proc.spawn({ argv = argv, env = spec.env, stdin = EVENT, timeout = 30, control = spec.control,
         on_line = function() end }))
     local r = h:wait()
     assert(r.status == 0, r.start_error)

@@ -1,12 +1,15 @@
 /* Process supervision: exit codes, signals, stdin, line splitting, floods,
- * the TERM -> KILL deadline on a whole group, start errors, no zombies. */
+ * the TERM -> KILL deadline on a whole group, start errors, the control
+ * socket, no zombies. */
 #include "relay/proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +27,8 @@ struct run {
     int done;
     struct line lines[64];
     int nlines;
-    size_t total[3]; /* bytes per stream */
-    size_t pieces[3];
+    size_t total[4]; /* bytes per stream */
+    size_t pieces[4];
     size_t max_piece;
     int hooks_term, hooks_kill;
 };
@@ -451,6 +454,58 @@ test_terminate_and_free(void)
 }
 
 
+/* The control socket: the child's descriptor after its pass_fds; its lines
+ * come as RELAY_PROC_CONTROL, never as output; and it is closed when the
+ * proc is done, which a process still holding the other end sees. */
+static void
+test_control(void)
+{
+    static const char *const rec[] = {"sh", "-c", "echo out; echo 'exit 7' >&4; exit 7", NULL};
+    static const char *const watch[] = {"sh", "-c", "(exec >/dev/null 2>&1; cat <&3; echo closed >\"$0\") & exit 0",
+                                        NULL, NULL};
+    char marker[] = "/tmp/relay-test-control-XXXXXX";
+    struct stat st;
+    relay_proc_opts o;
+    struct run r;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC), fd, i;
+    const char *argv[5];
+
+    memset(&o, 0, sizeof o);
+    o.pass_fds = &devnull;
+    o.n_pass_fds = 1;
+    o.control = 1;
+    CHECK(run(&r, rec, &o) == 0);
+    CHECK(r.rep.exited && r.rep.status == 7);
+    CHECK(r.nlines == 2);
+    for (i = 0; i < r.nlines; i++) {
+        if (r.lines[i].stream == RELAY_PROC_CONTROL) {
+            CHECK(strcmp(r.lines[i].bytes, "exit 7") == 0 && !r.lines[i].partial);
+        } else {
+            CHECK(r.lines[i].stream == RELAY_PROC_STDOUT && strcmp(r.lines[i].bytes, "out") == 0);
+        }
+    }
+    run_free(&r);
+    close(devnull);
+
+    fd = mkstemp(marker);
+    CHECK(fd >= 0);
+    close(fd);
+    unlink(marker);
+    memcpy(argv, watch, sizeof watch);
+    argv[3] = marker;
+    memset(&o, 0, sizeof o);
+    o.control = 1;
+    o.keep_group = 1;
+    CHECK(run(&r, argv, &o) == 0);
+    for (i = 0; i < 500 && stat(marker, &st) != 0; i++) {
+        usleep(10000);
+    }
+    CHECK(i < 500);
+    unlink(marker);
+    run_free(&r);
+}
+
+
 int
 main(void)
 {
@@ -466,6 +521,7 @@ main(void)
     test_drain();
     test_start_errors();
     test_terminate_and_free();
+    test_control();
     CHECK(relay_proc_live_count() == 0);
     /* no zombies: every child we forked was reaped */
     CHECK(waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD);

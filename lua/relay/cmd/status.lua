@@ -1,11 +1,13 @@
 --- relay status: the stream, the group, its consumers, the DLQ, the fleet
--- counters and the paused apps, as text or one JSON object.
+-- counters and the paused apps, as text or one JSON object. Entries trimmed
+-- before the group read them are told apart from the lag they sit in.
 local cjson = require("cjson")
 local config = require("relay.config")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
 local redis = require("relay.redis")
 local keys = require("relay.keys")
+local scripts = require("relay.scripts")
 
 local _M = {}
 
@@ -36,14 +38,33 @@ local function group_info(client, cfg)
 end
 
 
-local function consumers(client, cfg)
+--- The group's consumers; alive: a live daemon's heartbeat holds the name
+-- (its consumer key exists). A dead one is removed by a live replica once
+-- it has been idle past the bound docs/lifecycle.md gives.
+local function consumers(client, cfg, k)
     local list = {}
     local reply = must(client:call("XINFO", "CONSUMERS", cfg.stream, cfg.group))
     for _, flat in ipairs(reply or {}) do
         local c = redis.pairs_to_table(flat)
-        list[#list + 1] = { name = c.name, pending = c.pending, idle_ms = c.idle }
+        local held = must(client:call("EXISTS", k.consumer(c.name)))
+        list[#list + 1] = { name = c.name, pending = c.pending, idle_ms = c.idle, alive = held == 1 }
     end
     return list
+end
+
+
+--- How much of the group's lag is entries trimmed before delivery that no
+-- daemon has counted yet (relay.scripts.count_trimmed; a daemon counts them
+-- within a minute and corrects the lag).
+local function lag_trimmed(client, cfg, k)
+    local gone = must(redis.eval(client, scripts.count_trimmed, { cfg.stream, k.stats }, { cfg.group, "peek" }))
+    return tonumber(gone) or 0
+end
+
+
+local function counter(client, k, name)
+    local value = must(client:call("HGET", k.stats, name))
+    return tonumber(value ~= redis.null and value or 0)
 end
 
 
@@ -57,15 +78,17 @@ local function collect(client, cfg)
         status.lag = g.lag ~= redis.null and g.lag or cjson.null
         status.pending = g.pending
         status.last_delivered_id = g["last-delivered-id"]
-        status.consumers = consumers(client, cfg)
+        status.lag_trimmed = lag_trimmed(client, cfg, k)
+        status.consumers = consumers(client, cfg, k)
     else
         -- Same keys either way: null where the group cannot say yet.
         status.lag, status.pending, status.last_delivered_id = cjson.null, cjson.null, cjson.null
+        status.lag_trimmed = 0
         status.consumers = {}
     end
     status.dlq_length = must(client:call("XLEN", k.dlq))
-    local missing = must(client:call("HGET", k.stats, "missing_payload_total"))
-    status.missing_payload_total = tonumber(missing ~= redis.null and missing or 0)
+    status.missing_payload_total = counter(client, k, "missing_payload_total")
+    status.trimmed_undelivered_total = counter(client, k, "trimmed_undelivered_total") + status.lag_trimmed
     local paused = must(client:call("SMEMBERS", k.paused)) or {}
     table.sort(paused)
     status.paused_apps = paused
@@ -76,16 +99,22 @@ end
 local function print_text(s)
     print(string.format("stream\t%s\tlength %d", s.stream, s.length))
     if s.group_exists then
-        print(string.format("group\t%s\tlag %s\tpending %d\tlast-delivered %s", s.group,
-            s.lag == cjson.null and "unknown" or tostring(s.lag), s.pending, s.last_delivered_id))
+        local lag = s.lag == cjson.null and "unknown" or tostring(s.lag)
+        if s.lag_trimmed > 0 then
+            lag = string.format("%s (%d trimmed before delivery)", lag, s.lag_trimmed)
+        end
+        print(string.format("group\t%s\tlag %s\tpending %d\tlast-delivered %s", s.group, lag, s.pending,
+            s.last_delivered_id))
     else
         print(string.format("group\t%s\tnot created yet", s.group))
     end
     for _, c in ipairs(s.consumers) do
-        print(string.format("consumer\t%s\tpending %d\tidle %.1fs", c.name, c.pending, c.idle_ms / 1000))
+        print(string.format("consumer\t%s\tpending %d\tidle %.1fs\t%s", c.name, c.pending, c.idle_ms / 1000,
+            c.alive and "alive" or "dead"))
     end
     print(string.format("dlq\tlength %d", s.dlq_length))
     print(string.format("missing_payload_total\t%d", s.missing_payload_total))
+    print(string.format("trimmed_undelivered_total\t%d", s.trimmed_undelivered_total))
     print("paused\t" .. (#s.paused_apps > 0 and table.concat(s.paused_apps, ",") or "-"))
 end
 

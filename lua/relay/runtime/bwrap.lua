@@ -6,6 +6,11 @@
 -- deadline the outer bwrap dies and --die-with-parent SIGKILLs the sandbox,
 -- so a handler gets no graceful TERM under this driver.
 --
+-- The sandboxed command is relay-init (runtime/init.lua), which runs the
+-- handler: --die-with-parent already ends the sandbox with the daemon; the
+-- init also ends it at its deadline when the daemon is frozen, and reports
+-- whether the handler exited 128+N or died of signal N.
+--
 -- Identity: bwrap maps the sandbox's uid onto the uid that runs bwrap. Run by
 -- a root daemon that would be host root, so the child first joins its
 -- cgroups as root, then drops to the app's own unprivileged host uid
@@ -27,8 +32,9 @@ local _M = {}
 local D = {}
 
 local UID, GID = ids.CONTAINER_USER, ids.CONTAINER_USER
--- descriptors the child receives, in this order, from fd 3 on
-local SECCOMP_FD, APP_FD, IMAGE_FD = 3, 4, 5
+-- descriptors the child receives, in this order, from fd 3 on; the control
+-- socket of relay-init (relay.core.proc) comes right after the last one
+local SECCOMP_FD, APP_FD, INIT_FD, IMAGE_FD = 3, 4, 5, 6
 local CPU_PERIOD = 100000
 local HOST_TOP = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
 local RM_TRIES = 20
@@ -51,6 +57,9 @@ function D:check(app)
     local ok, why = runtime.check_command_and_image(self.rt, app)
     if not ok then
         return nil, why
+    end
+    if not runtime.init_binary() then
+        return nil, "relay-init not found beside the relay binary or in libexec/relay/ (reinstall Relay)"
     end
     if not runtime.userns_available() then
         return nil, "user namespaces are disabled on this host (user.max_user_namespaces is 0)"
@@ -206,7 +215,8 @@ end
 
 
 --- The bwrap command line of one invocation (no side effects). With an
--- image the rootfs is descriptor IMAGE_FD; /app is always APP_FD.
+-- image the rootfs is descriptor IMAGE_FD; /app is always APP_FD,
+-- relay-init always INIT_FD.
 function D:command(app, inv, image)
     local limits = runtime.limits(app)
     local argv = { self.bwrap or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns" }
@@ -228,13 +238,15 @@ function D:command(app, inv, image)
     -- bwrap covers /proc/sys only when it could write it; make it read-only
     -- always (net.* still shows the sandbox's own namespace: it is resolved
     -- per reader)
-    push(argv, "--ro-bind-fd", tostring(APP_FD), "/app", "--tmpfs", "/tmp", "--proc", "/proc",
+    push(argv, "--ro-bind-fd", tostring(APP_FD), "/app", "--ro-bind-fd", tostring(INIT_FD), runtime.INIT_TARGET,
+        "--tmpfs", "/tmp", "--proc", "/proc",
         "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/app")
     for _, kv in ipairs(runtime.env_list(runtime.container_env(app, inv))) do
         local k, v = kv:match("^([^=]*)=(.*)$")
         push(argv, "--setenv", k, v)
     end
     push(argv, "--")
+    push(argv, unpack(runtime.init_args(inv, image and IMAGE_FD + 1 or IMAGE_FD)))
     for _, a in ipairs(app.runtime.command) do
         argv[#argv + 1] = a
     end
@@ -263,7 +275,7 @@ function D:seccomp_file()
 end
 
 
---- Descriptors for one spawn: { seccomp program, app dir[, image rootfs] }.
+--- Descriptors for one spawn: { seccomp program, app dir, relay-init[, image rootfs] }.
 function D:open_fds(app, image)
     local fds = {}
     local function fail(err)
@@ -282,9 +294,17 @@ function D:open_fds(app, image)
     if not fds[2] then
         return fail(err)
     end
+    local init = runtime.init_binary()
+    if not init then
+        return fail("relay-init not found beside the relay binary or in libexec/relay/")
+    end
+    fds[3], err = safefs.open_read(init)
+    if not fds[3] then
+        return fail(err)
+    end
     if image then
-        fds[3], err = safefs.open_path(image.root, image.rel)
-        if not fds[3] then
+        fds[4], err = safefs.open_path(image.root, image.rel)
+        if not fds[4] then
             return fail(err)
         end
     end
@@ -292,12 +312,15 @@ function D:open_fds(app, image)
 end
 
 
---- An image rootfs needs its --tmpfs destination to exist (the root is
--- read-only); created without following a symlink the image may carry.
+--- An image rootfs needs its mountpoints to exist (the root is read-only);
+-- created without following a symlink the image may carry.
 local function prepare_image(image)
     local ok, err = safefs.mkdir_beneath(image.root, image.rel .. "/tmp", 1023)
     if ok then
         ok, err = safefs.mkdir_beneath(image.root, image.rel .. "/app", 493)
+    end
+    if ok then
+        ok, err = safefs.touch_beneath(image.root, image.rel .. runtime.INIT_TARGET, 420)
     end
     return ok, err and ("image " .. image.rel .. ": " .. err)
 end
@@ -326,6 +349,8 @@ function D:prepare(app, inv)
         env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" },
         cgroup_dirs = {},
         pass_fds = fds,
+        control = true,
+        command = app.runtime.command[1],
         nofile = limits.nofile,
         no_core = true,
     }
@@ -341,10 +366,13 @@ function D:prepare(app, inv)
             log.warn("bwrap: running without limits", { app = app.name, error = dirs })
         end
     end
-    -- bwrap's own setup errors look like a handler's exit 1 except for this prefix
+    -- bwrap's own setup errors look like a handler's exit 1 except for this
+    -- prefix, and come without relay-init's record
     spec.observe = function(stream, line)
         if stream == "stderr" and line:sub(1, 7) == "bwrap: " then
             spec.bwrap_error = line
+        elseif stream == "control" then
+            spec.init_record = spec.init_record or runtime.parse_init_record(line)
         end
     end
     return spec
@@ -382,18 +410,11 @@ function D.finish(_, spec, report)
     remove_leaves(spec.cgroup_dirs or {})
     if report.start_error then
         out.host_failure, out.detail = true, "bwrap: " .. report.start_error
-    elseif spec.bwrap_error and report.status == 1 then
-        local msg = spec.bwrap_error
-        if msg:find("execvp", 1, true) then
-            -- the handler's command is missing or not executable: its failure
-            out.status = msg:find("Permission denied", 1, true) and 126 or 127
-            out.detail = msg
-        else
-            out.host_failure, out.detail = true, msg
-        end
-    elseif report.status and report.status > 128 and report.status < 160 then
-        -- bwrap exits 128+N when the sandboxed command died of signal N
-        out.status, out.signal = nil, report.status - 128
+    elseif spec.bwrap_error and report.status == 1 and not spec.init_record then
+        -- bwrap only ever executes relay-init: its errors are the host's
+        out.host_failure, out.detail = true, spec.bwrap_error
+    else
+        runtime.init_outcome(out, report.status, spec.init_record, spec.command)
     end
     return out
 end

@@ -10,6 +10,15 @@
 -- context as JSON, which both engines accept), NOFILE, a CPU quota, a
 -- private cgroup namespace, and `--pull=never`: a missing image is the
 -- host's failure at once, never a registry round trip on every start.
+--
+-- What bounds a container's life when the daemon dies: the container is the
+-- engine's, not a child of the CLI Relay runs, so it keeps running. podman's
+-- conmon enforces `--timeout` (relay-init's deadline, rounded up to a whole
+-- second) on its own. docker has no such bound: a docker container of a
+-- killed daemon runs until it ends by itself, and the next start of the
+-- same consumer name removes it (its label). Both report a handler killed
+-- by signal N as exit status 128+N, which Relay cannot tell from the
+-- handler's own exit 128+N (docs/operations.md).
 local fs = require("relay.fs")
 local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
@@ -150,6 +159,9 @@ function D:command(app, inv, id, seccomp)
         "-v", runtime.app_dir(app) .. ":/app:ro", "-w", "/app")
     if (app.runtime or {}).init ~= false then
         add("--init")
+    end
+    if self.tweaks.run_args then
+        self.tweaks.run_args(inv, add)
     end
     for _, kv in ipairs(runtime.env_list(runtime.container_env(app, inv))) do
         add("-e", kv)

@@ -4,6 +4,15 @@
 -- A runtime context `rt` belongs to one process: the daemon (runtime root
 -- `$RELAY_STATE_DIR/<consumer>/`, sweeps its own orphans at start) or one
 -- `relay app invoke` (a private root under it, removed at exit, never sweeps).
+--
+-- No container outlives its attempt: runc and bwrap start every handler
+-- under relay-init (src/relay_init.c), which ends the container at the
+-- attempt's deadline and at once when the daemon dies (its control socket
+-- reaches end of file), whatever happens to the daemon. The deadline counts
+-- from the claim, so the container is gone before the claim's lease ends
+-- (lifecycle.lua: lease = timeout + kill grace + lease margin). docker and
+-- podman containers are the engine's: podman's conmon enforces
+-- `--timeout`, docker has no such bound (docs/operations.md).
 -- Drivers (relay.runtime.runc|bwrap|docker|podman) each export
 -- `new(rt) -> driver` with methods:
 --   check(app)            -> true | nil, reason   (unavailable: missing binary or image)
@@ -12,8 +21,12 @@
 --   finish(spec, report)  -> { host_failure=bool, detail=string|nil, status=N|nil, signal=N|nil }
 --   sweep()               -> removed count        (this consumer's orphans only)
 -- spec = { argv, env, term_argv, kill_argv, kill_delay, cgroup_procs, keep_group,
---          pass_fds (closed by the caller after the spawn), nofile, no_core, uid, gid }.
+--          pass_fds (closed by the caller after the spawn), control (relay-init's
+--          socket, see relay.core.proc), nofile, no_core, uid, gid, observe }.
+-- inv = { handler, trigger, message_id, attempt, deadline_ms (wall clock, for
+--         RELAY_DEADLINE), kill_at_ms (CLOCK_MONOTONIC: relay-init's deadline) }.
 local duration = require("relay.duration")
+local fcntl = require("posix.fcntl")
 local fs = require("relay.fs")
 local rfc3339 = require("relay.rfc3339")
 local safefs = require("relay.core.safefs")
@@ -34,7 +47,11 @@ _M.DEFAULT_CPUS = 1
 _M.CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _M.CGROUP_ROOT = "/sys/fs/cgroup"
 _M.SECCOMP_PROFILE = "allowlist"
-_M.INIT_PATHS = { "/usr/bin/catatonit", "/usr/libexec/podman/catatonit", "/usr/local/bin/catatonit" }
+-- Where relay-init is bound inside every runc container and bwrap sandbox.
+_M.INIT_TARGET = "/.relay-init"
+-- relay-init's exit status when it could not start the handler at all
+-- (no status record then): the host's failure, not an attempt.
+_M.INIT_FAILED = 125
 
 -- Relay's own variables: runtime.env cannot override these.
 local RESERVED = {
@@ -176,18 +193,79 @@ function _M.seccomp_unconfined(app)
 end
 
 
---- The catatonit binary when the app wants an init and one is installed.
-function _M.init_binary(app)
-    local r = app.runtime or {}
-    if r.init == false then
-        return nil
-    end
-    for _, p in ipairs(_M.INIT_PATHS) do
-        if fs.is_executable(p) then
-            return p
+--- relay-init: beside the running binary in a build directory, in
+-- libexec/relay/ of the prefix once installed. Every runc container and
+-- bwrap sandbox starts with it, whatever the template's `init` says: it is
+-- what bounds the container's life. nil when missing (a broken install).
+function _M.init_binary()
+    if _M.init_path == nil then
+        local exe = fs.readlink("/proc/self/exe") or ""
+        local dir = exe:match("^(.*)/[^/]+$") or "."
+        _M.init_path = false
+        for _, p in ipairs({ dir .. "/relay-init", dir .. "/../libexec/relay/relay-init" }) do
+            if fs.is_executable(p) then
+                _M.init_path = fs.realpath(p) or p
+                break
+            end
         end
     end
+    return _M.init_path or nil
+end
+
+
+--- relay-init's arguments before the command: its deadline and its
+-- control descriptor (each only when known).
+function _M.init_args(inv, control_fd)
+    local args = { _M.INIT_TARGET }
+    if inv.kill_at_ms then
+        args[#args + 1] = "-d"
+        args[#args + 1] = string.format("%d", inv.kill_at_ms)
+    end
+    if control_fd then
+        args[#args + 1] = "-c"
+        args[#args + 1] = tostring(control_fd)
+    end
+    args[#args + 1] = "--"
+    return args
+end
+
+
+--- relay-init's status record (src/relay_init.c) as { kind, n, text }, or nil.
+function _M.parse_init_record(line)
+    local kind, rest = tostring(line or ""):match("^(%a+) ?(.*)$")
+    if (kind == "exit" or kind == "signal") and rest:match("^%d+$") then
+        return { kind = kind, n = tonumber(rest) }
+    elseif kind == "exec" and rest:match("^%d+ ") then
+        return { kind = kind, n = tonumber(rest:match("^%d+")), text = rest:match("^%d+ (.*)$") }
+    elseif kind == "deadline" and rest == "" then
+        return { kind = kind }
+    end
     return nil
+end
+
+
+--- What a container that started with relay-init ended with, from the
+-- runtime's exit status (the init's, passed through) and the init's record
+-- (nil when it wrote none). runc and bwrap report a command killed by
+-- signal N as 128+N, as they do a command that exited 128+N: the record
+-- tells them apart. A record that does not match the status is ignored.
+-- out = { status, signal } is updated; returns it.
+function _M.init_outcome(out, status, rec, command)
+    if rec and rec.kind == "exit" and rec.n == status then
+        out.status, out.signal = status, nil
+    elseif rec and rec.kind == "signal" and status == 128 + rec.n then
+        out.status, out.signal = nil, rec.n
+    elseif rec and rec.kind == "exec" and (status == 126 or status == 127) then
+        out.status, out.detail = status, "exec " .. tostring(command) .. ": " .. tostring(rec.text)
+    elseif rec and rec.kind == "deadline" then
+        out.timed_out = true
+    elseif not rec and status == _M.INIT_FAILED then
+        out.host_failure, out.detail = true, "relay-init could not start the handler"
+    elseif not rec and status and status > 128 and status < 160 then
+        -- no record (the init itself was killed): the runtime's convention
+        out.status, out.signal = nil, status - 128
+    end
+    return out
 end
 
 
@@ -356,16 +434,138 @@ function _M.exec(argv, timeout_s)
 end
 
 
---- Removes this consumer's orphans (daemon start only; never for invoke).
-function _M.sweep(rt)
-    assert(not rt.private, "a private runtime never sweeps")
+-- Ownership of a consumer's runtime root: every daemon holds a shared lock
+-- on <root>/owner.lock for its whole life, and sweeping a root takes it
+-- exclusive. The consumer name is the only part of the root's path, so a
+-- daemon of another stream with the same name shares the root: while it
+-- lives, nothing of the root is swept. The kernel drops the lock when its
+-- process dies, however it dies.
+local OWNER_LOCK = "owner.lock"
+local LOCK_RETRY_S = 0.05
+
+
+local function set_lock(fd, kind)
+    local l_type = ({ exclusive = fcntl.F_WRLCK, shared = fcntl.F_RDLCK })[kind] or fcntl.F_UNLCK
+    return fcntl.fcntl(fd, fcntl.F_SETLK, { l_type = l_type, l_whence = 0, l_start = 0, l_len = 0 }) ~= nil
+end
+
+
+--- The lock file's descriptor (close-on-exec: no child keeps the lock), or nil.
+local function open_owner_lock(dir)
+    local path = dir .. "/" .. OWNER_LOCK
+    local st = safefs.lstat(path)
+    if (st and st.type ~= "file") or not fs.mkdir_p(dir, 457) then
+        return nil
+    end
+    return fcntl.open(path, fcntl.O_RDWR + fcntl.O_CREAT + fcntl.O_CLOEXEC, 384)
+end
+
+
+local function close_fd(fd)
+    require("posix.unistd").close(fd)
+end
+
+
+local function sweep_drivers(rt, names)
     local n = 0
-    for _, name in ipairs(_M.DRIVERS) do
+    for _, name in ipairs(names) do
         local ok, mod = pcall(require, "relay.runtime." .. name)
         if ok and mod.available and mod.available() then
             local d = rt.drivers[name] or mod.new(rt)
             rt.drivers[name] = d
             n = n + (d:sweep() or 0)
+        end
+    end
+    return n
+end
+
+
+--- Keeps a shared hold on the root for this process's life; waits while
+-- another process sweeps it.
+local function hold_root(rt, fd)
+    local loop = require("relay.core.loop")
+    while not set_lock(fd, "shared") do
+        loop.sleep(LOCK_RETRY_S)
+    end
+    rt.owner_fd = fd
+end
+
+
+--- A dead consumer's emptied directories (under its exclusive lock).
+local function tidy(rt)
+    fs.rmdir(rt.shared_dir .. "/runc")
+    fs.rm_rf(rt.shared_dir .. "/bundles")
+    _M.remove_cgroup_dirs(rt.cgroup_parent)
+end
+
+
+--- Removes this consumer's orphans (daemon start only; never for invoke)
+-- unless a live process owns the root. opts: drivers (default all), hold
+-- (keep a shared hold afterwards: the daemon), tidy (remove the emptied
+-- directories too: a dead consumer). Returns the count, and true when the
+-- root was owned by another process.
+function _M.sweep(rt, opts)
+    assert(not rt.private, "a private runtime never sweeps")
+    opts = opts or {}
+    local fd = open_owner_lock(rt.shared_dir)
+    if not fd then
+        -- no lock file to be had (a read-only state dir): sweep as before
+        return sweep_drivers(rt, opts.drivers or _M.DRIVERS), false
+    end
+    local owned = not set_lock(fd, "exclusive")
+    local ok, n = true, 0
+    if not owned then
+        ok, n = pcall(sweep_drivers, rt, opts.drivers or _M.DRIVERS)
+        if ok and opts.tidy then
+            tidy(rt)
+        end
+    end
+    if opts.hold then
+        hold_root(rt, fd)
+    else
+        close_fd(fd)
+    end
+    if not ok then
+        error(n, 0)
+    end
+    return n, owned
+end
+
+
+--- Whether a consumer root holds anything a sweep would remove.
+local function has_leftovers(rt)
+    for _, e in ipairs(fs.list(rt.shared_dir) or {}) do
+        if e.dir and (e.name == "runc" or e.name == "bundles" or e.name:match("^invoke%-%d+$")) then
+            return true
+        end
+    end
+    for _, parent in ipairs(rt:cgroup_parents()) do
+        if fs.is_dir(parent) then
+            return true
+        end
+    end
+    return false
+end
+
+
+--- The roots of other consumers in this state directory that the daemon of
+-- `rt` may clean: something left in them, holder_dead(name) (the caller's
+-- look-up of the consumer key: gone, or a dead pid on this host) and no
+-- live owner (the lock, checked by the sweep itself). Their containers,
+-- bundles, dead invokes and empty cgroup leaves go, then the emptied
+-- directories, so the next start skips them. runc and bwrap only: docker
+-- and podman containers carry their consumer's label and are removed when
+-- that consumer starts again. Returns how many containers were removed.
+function _M.sweep_dead_consumers(rt, holder_dead)
+    local state = rt.shared_dir:match("^(.*)/[^/]+$")
+    local n = 0
+    for _, e in ipairs(fs.list(state) or {}) do
+        if e.dir and not e.link and e.name ~= rt.consumer and e.name:match("^[%w_.-]+$") then
+            local other = _M.new({ runtime = rt.requested, state_dir = state, consumer = e.name,
+                images = rt.images_dir })
+            if has_leftovers(other) and holder_dead(e.name) then
+                n = n + _M.sweep(other, { drivers = { "runc", "bwrap" }, tidy = true })
+            end
         end
     end
     return n

@@ -17,6 +17,37 @@ local function now_ms()
 end
 
 
+local function monotonic()
+    return require("relay.core.loop").monotonic()
+end
+
+
+--- relay-init's deadline (CLOCK_MONOTONIC ms): timeout + kill grace + half
+-- the lease margin after the claim was sent (before the lease began), or
+-- after now without a claim. The daemon's own TERM, grace and KILL count
+-- from the spawn, a little later, and come first while the daemon is well;
+-- the init's cut is the backstop, and the other half of the margin is the
+-- container's teardown before the lease ends (lifecycle.lua: lease =
+-- timeout + kill grace + lease margin).
+local function kill_at_ms(args, timeout_ms)
+    local from = args.claimed_at or monotonic()
+    return math.floor(from * 1000 + timeout_ms + constants.kill_grace_ms + constants.lease_margin_ms / 2)
+end
+
+
+--- The handler's lines go to on_line; relay-init's record only to the driver.
+local function line_router(spec, on_line)
+    return function(stream, line, partial)
+        if spec.observe then
+            spec.observe(stream, line, partial)
+        end
+        if on_line and stream ~= "control" then
+            on_line(stream, line, partial)
+        end
+    end
+end
+
+
 local function host_failure(detail, started)
     return {
         ok = false,
@@ -40,6 +71,8 @@ end
 --               the main state, must not yield
 --   on_start    optional function(handle, spec): the running proc (the
 --               worker keeps it to terminate on a forced shutdown)
+--   claimed_at  optional loop.monotonic() taken before the attempt's claim
+--               was sent: relay-init's deadline counts from it
 -- }
 -- Returns { ok, status, signal, timed_out, reason, host_failure, duration_ms,
 --           detail, container_id }. host_failure means the host could not
@@ -62,19 +95,10 @@ function _M.run(args)
         message_id = args.message_id,
         attempt = args.attempt or 1,
         deadline_ms = started + timeout_ms,
+        kill_at_ms = kill_at_ms(args, timeout_ms),
     })
     if not spec then
         return host_failure(drv.name .. ": " .. tostring(perr), started)
-    end
-    local on_line = args.on_line
-    if spec.observe then
-        local sink = on_line
-        on_line = function(stream, line, partial)
-            spec.observe(stream, line, partial)
-            if sink then
-                sink(stream, line, partial)
-            end
-        end
     end
     local h, serr = proc.spawn({
         argv = spec.argv,
@@ -88,11 +112,12 @@ function _M.run(args)
         cgroup_procs = spec.cgroup_procs,
         keep_group = spec.keep_group,
         pass_fds = spec.pass_fds,
+        control = spec.control,
         nofile = spec.nofile,
         no_core = spec.no_core,
         uid = spec.uid,
         gid = spec.gid,
-        on_line = on_line,
+        on_line = line_router(spec, args.on_line),
     })
     -- the child has its copies (or never will): ours would only leak
     runtime.close_fds(spec.pass_fds)
@@ -113,7 +138,7 @@ function _M.run(args)
     local out = {
         status = class.status,
         signal = class.signal,
-        timed_out = report.timed_out,
+        timed_out = report.timed_out or class.timed_out or false,
         host_failure = false,
         duration_ms = report.duration_ms,
         detail = class.detail,

@@ -9,6 +9,11 @@
 -- The rootfs is shared read-only; the per-invocation dir holds just the
 -- config with its own container id and cgroup leaf.
 --
+-- The container's first process is relay-init (runtime/init.lua): `runc run
+-- --preserve-fds 1` hands it the control socket as fd 3. runc is not what
+-- bounds the container's life: a runc that dies leaves its container
+-- running, so the init ends it, at its deadline or when the daemon is gone.
+--
 -- Every container runs in its own user namespace with the app's host id
 -- block (relay.runtime.ids), a seccomp allowlist, no capabilities and a
 -- cgroup namespace. runc enters the user namespace before it mounts the
@@ -33,7 +38,8 @@ local KILL_DELAY_S = 2
 local HOST_DIRS = { "/usr", "/etc" }
 local HOST_TOP = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
 local MOUNTPOINTS = { "usr", "etc", "proc", "dev", "sys", "app" }
-local INIT_TARGET = "/.relay-init"
+local INIT_TARGET = runtime.INIT_TARGET
+local CONTROL_FD = 3
 local RO_BIND = { "rbind", "ro", "nosuid", "nodev" }
 
 local MASKED = { "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -76,7 +82,16 @@ function D:check(app)
         return nil, "user namespaces are disabled on this host (user.max_user_namespaces is 0): " ..
             "Relay never runs a handler without one"
     end
-    local blocked = runtime.unsearchable_dir(self.rt.shared_dir)
+    local init = runtime.init_binary()
+    if not init then
+        return nil, "relay-init not found beside the relay binary or in libexec/relay/ (reinstall Relay)"
+    end
+    local blocked = runtime.unsearchable_dir(init:match("^(.*)/[^/]+$"))
+    if blocked then
+        return nil, blocked .. " is not searchable by others: runc binds relay-init from inside the " ..
+            "container's user namespace (chmod o+x it)"
+    end
+    blocked = runtime.unsearchable_dir(self.rt.shared_dir)
     if blocked then
         return nil, blocked .. " is not searchable by others: runc resolves the rootfs inside the " ..
             "container's user namespace (chmod o+x it, or point RELAY_STATE_DIR elsewhere)"
@@ -90,10 +105,7 @@ function D:check(app)
 end
 
 
-function D.note(_, app)
-    if (app.runtime or {}).init ~= false and not runtime.init_binary(app) then
-        return "no init (catatonit not installed): a handler must handle SIGTERM itself"
-    end
+function D.note(_, _)
     return nil
 end
 
@@ -182,13 +194,13 @@ end
 -- to exist before the root goes read-only. The image is the app author's:
 -- nothing in it is followed, so a planted symlink fails the preparation
 -- instead of changing a host path.
-local function prepare_image_rootfs(image, want_init)
+local function prepare_image_rootfs(image)
     local root, rel = image.root, image.rel
     local ok, err = safefs.mkdir_beneath(root, rel .. "/tmp", STICKY_TMP)
     if ok then
         ok, err = safefs.mkdir_beneath(root, rel .. "/app", 493)
     end
-    if ok and want_init then
+    if ok then
         ok, err = safefs.touch_beneath(root, rel .. INIT_TARGET, 420)
     end
     if not ok then
@@ -242,7 +254,7 @@ function D:config(app, inv, id, rootfs, init_bin)
     local block = ids.for_app(app)
     local args = {}
     if init_bin then
-        args = { INIT_TARGET, "--" }
+        args = runtime.init_args(inv, CONTROL_FD)
     end
     for _, a in ipairs(app.runtime.command) do
         args[#args + 1] = a
@@ -287,9 +299,12 @@ end
 
 
 --- Writes the bundle; returns the spec proc.spawn needs, or nil, err (host).
--- inv: { handler, trigger, message_id, attempt, deadline_ms }
+-- inv: { handler, trigger, message_id, attempt, deadline_ms, kill_at_ms }
 function D:prepare(app, inv)
-    local init_bin = runtime.init_binary(app)
+    local init_bin = runtime.init_binary()
+    if not init_bin then
+        return nil, "relay-init not found"
+    end
     local ok, err = self:prepare_dirs()
     if not ok then
         return nil, err
@@ -300,7 +315,7 @@ function D:prepare(app, inv)
     end
     local rootfs
     if img then
-        rootfs, err = prepare_image_rootfs(img, init_bin ~= nil)
+        rootfs, err = prepare_image_rootfs(img)
     else
         rootfs, err = self:prepare_host_rootfs()
     end
@@ -331,23 +346,20 @@ function D:prepare(app, inv)
     local spec = {
         id = id,
         dir = dir,
-        argv = cmd("--log", dir .. "/runc.log", "--log-format", "json", "run", "--bundle", dir, id),
+        argv = cmd("--log", dir .. "/runc.log", "--log-format", "json", "run", "--preserve-fds", "1",
+            "--bundle", dir, id),
         env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" },
         -- no TERM hook: foreground runc forwards the group's SIGTERM to the
         -- container's init; a `runc kill TERM` as well would deliver it twice
         kill_argv = cmd("kill", id, "KILL"),
         kill_delay = KILL_DELAY_S,
         delete_argv = cmd("delete", "--force", id),
+        control = true,
+        command = app.runtime.command[1],
     }
-    if init_bin then
-        -- with catatonit as pid 1 a missing command is its error, not runc's
-        spec.observe = function(stream, line)
-            if stream == "stderr" and line:find("catatonit", 1, true) then
-                local m = line:match("failed to exec pid1: (.*)$")
-                if m then
-                    spec.init_error = "exec " .. app.runtime.command[1] .. ": " .. m
-                end
-            end
+    spec.observe = function(stream, line)
+        if stream == "control" then
+            spec.init_record = spec.init_record or runtime.parse_init_record(line)
         end
     end
     return spec
@@ -417,22 +429,6 @@ function _M.log_error(text)
 end
 
 
---- Whether runc's error is about the handler's own command (an attempt)
--- rather than the host (not an attempt). Returns the status to report.
-function _M.command_error_status(msg)
-    if not msg:find("exec", 1, true) then
-        return nil
-    end
-    if msg:find("permission denied", 1, true) then
-        return 126
-    end
-    if msg:find("not found", 1, true) or msg:find("no such file or directory", 1, true) then
-        return 127
-    end
-    return nil
-end
-
-
 --- Classifies the outcome and cleans up the invocation's bundle.
 function D:finish(spec, report)
     local out = { status = report.status, signal = report.signal }
@@ -442,18 +438,11 @@ function D:finish(spec, report)
     else
         local msg = _M.log_error(fs.read_file(spec.dir .. "/runc.log"))
         if msg and not report.timed_out then
-            local st = _M.command_error_status(msg)
-            if st then
-                out.status, out.detail = st, msg
-            else
-                out.host_failure, out.detail = true, msg
-            end
-        elseif spec.init_error and report.status == 1 then
-            out.detail = spec.init_error
-            out.status = spec.init_error:find("ermission denied", 1, true) and 126 or 127
-        elseif report.status and report.status > 128 and report.status < 160 then
-            -- runc exits 128+N when the container's init died of signal N
-            out.status, out.signal = nil, report.status - 128
+            -- runc only ever executes relay-init: its errors are the host's
+            -- (a handler's missing command is the init's record)
+            out.host_failure, out.detail = true, msg
+        else
+            runtime.init_outcome(out, report.status, spec.init_record, spec.command)
         end
     end
     -- a runc that was itself killed leaves the container's state behind
