@@ -213,14 +213,16 @@ maybe("runc driver", function()
         local bytes, pieces = 0, 0
         local before = vm_hwm_kb()
         -- the loop keeps serving timers while the flood drains
-        local running, max_lag = true, 0
+        local running, max_lag, ticks = true, 0, 0
         loop.spawn(function()
             while running do
                 local t = loop.monotonic()
                 loop.sleep(0.01)
+                ticks = ticks + 1
                 max_lag = math.max(max_lag, loop.monotonic() - t - 0.01)
             end
         end)
+        local started = loop.monotonic()
         local out = invoke.run({
             rt = rt, app = app, entry = { handler = "flood", timeout_ms = 60000 },
             trigger = "invoke", message_id = "flood-1", attempt = 1, stdin = "{}",
@@ -228,11 +230,16 @@ maybe("runc driver", function()
                 bytes, pieces = bytes + #line, pieces + 1
             end,
         })
+        local flood_took = loop.monotonic() - started
         running = false
         rt:close()
         assert.is_true(out.ok, out.reason)
         assert.are.equal(100000000 + 10000000, bytes)
-        assert.is_true(max_lag < 0.1, "loop lag " .. max_lag)
+        -- A loop that drained the pipes to EOF in one callback would lag by
+        -- the whole flood; a scheduler hiccup on a loaded host costs far less.
+        local summary = ("loop lag %.3f s, %d ticks in a %.3f s flood"):format(max_lag, ticks, flood_took)
+        assert.is_true(ticks >= 3, summary)
+        assert.is_true(max_lag < flood_took / 2, summary)
         assert.is_true(vm_hwm_kb() - before < 16 * 1024)
     end)
 
