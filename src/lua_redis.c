@@ -37,7 +37,7 @@ typedef struct {
 } async_client;
 
 typedef struct {
-    redisContext *ctx;
+    relay_redis_sync *conn;
     char where[512];
 } sync_client;
 
@@ -52,7 +52,7 @@ typedef struct {
  * connection or a command of it fails in transport (a watchdog's timeout
  * comes before the reset) until it is connected again or a reply arrives. */
 static int clients_unreachable;
-static char unreachable_error[256];
+static char unreachable_error[768];
 
 
 static void
@@ -136,8 +136,31 @@ push_result(lua_State *L, redisReply *reply, const char *io_error)
 }
 
 
+/* addr.tls (a table, possibly empty: {ca=, cert=, key=, servername=}) asks
+ * for TLS. Its strings stay referenced by the address table. */
 static void
-read_addr(lua_State *L, int idx, relay_redis_addr *addr)
+read_tls(lua_State *L, int idx, relay_redis_addr *addr, relay_tls_options *tls)
+{
+    lua_getfield(L, idx, "tls");
+    if (lua_istable(L, -1)) {
+        memset(tls, 0, sizeof(*tls));
+        lua_getfield(L, -1, "ca");
+        tls->ca = lua_tostring(L, -1);
+        lua_getfield(L, -2, "cert");
+        tls->cert = lua_tostring(L, -1);
+        lua_getfield(L, -3, "key");
+        tls->key = lua_tostring(L, -1);
+        lua_getfield(L, -4, "servername");
+        tls->servername = lua_tostring(L, -1);
+        lua_pop(L, 4);
+        addr->tls = tls;
+    }
+    lua_pop(L, 1);
+}
+
+
+static void
+read_addr(lua_State *L, int idx, relay_redis_addr *addr, relay_tls_options *tls)
 {
     luaL_checktype(L, idx, LUA_TTABLE);
     memset(addr, 0, sizeof(*addr));
@@ -159,6 +182,7 @@ read_addr(lua_State *L, int idx, relay_redis_addr *addr)
     if (addr->path == NULL && addr->host == NULL) {
         luaL_error(L, "redis address needs host or path");
     }
+    read_tls(L, idx, addr, tls);
 }
 
 
@@ -346,7 +370,9 @@ connect_abandoned(void *owner)
 /***
  * @function redis.connect(addr, timeout, max_reply_bytes)
  * Opens an async client and parks the task until the first handshake
- * succeeds or fails. addr = {host=, port=, path=, user=, password=, db=}.
+ * succeeds or fails. addr = {host=, port=, path=, user=, password=, db=,
+ * tls=} (tls: a table {ca=, cert=, key=, servername=}, any of them nil, for
+ * TLS; see relay/tls.h).
  * Afterwards the client reconnects by itself with capped backoff.
  * max_reply_bytes (optional) caps what one reply may hold while it is read
  * (redis.reply_object_bytes per object on top of its bytes); a command
@@ -358,20 +384,24 @@ static int
 lua_redis_connect(lua_State *L)
 {
     relay_redis_addr addr;
+    relay_tls_options tls;
     double timeout_s = luaL_optnumber(L, 2, 5.0);
     lua_Number max_reply = luaL_optnumber(L, 3, 0);
+    char err[512];
     async_client *c;
 
-    read_addr(L, 1, &addr);
+    read_addr(L, 1, &addr, &tls);
     c = lua_newuserdata(L, sizeof(*c));
     memset(c, 0, sizeof(*c));
     c->self_ref = LUA_NOREF;
     luaL_getmetatable(L, ASYNC_CLASS);
     lua_setmetatable(L, -2);
     luaL_argcheck(L, max_reply >= 0, 3, "must not be negative");
-    c->conn = relay_redis_new(relay_bridge_loop(), &addr, connect_state_changed, c);
+    c->conn = relay_redis_new(relay_bridge_loop(), &addr, connect_state_changed, c, err, sizeof(err));
     if (c->conn == NULL) {
-        return luaL_error(L, "out of memory");
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
     }
     relay_redis_limit_reply(c->conn, (size_t)max_reply);
     lua_pushvalue(L, -1);
@@ -466,20 +496,21 @@ static int
 lua_redis_connect_blocking(lua_State *L)
 {
     relay_redis_addr addr;
+    relay_tls_options tls;
     double timeout_s = luaL_optnumber(L, 2, 5.0);
     char err[768];
     sync_client *c;
-    redisContext *ctx;
+    relay_redis_sync *conn;
 
-    read_addr(L, 1, &addr);
-    ctx = relay_redis_connect_blocking(&addr, timeout_s, err, sizeof(err));
-    if (ctx == NULL) {
+    read_addr(L, 1, &addr, &tls);
+    conn = relay_redis_connect_blocking(&addr, timeout_s, err, sizeof(err));
+    if (conn == NULL) {
         lua_pushnil(L);
         lua_pushstring(L, err);
         return 2;
     }
     c = lua_newuserdata(L, sizeof(*c));
-    c->ctx = ctx;
+    c->conn = conn;
     relay_redis_addr_describe(&addr, c->where, sizeof(c->where));
     luaL_getmetatable(L, SYNC_CLASS);
     lua_setmetatable(L, -2);
@@ -501,17 +532,18 @@ lua_redis_sync_call(lua_State *L)
     char err[768];
     int argc, nret;
 
-    if (c->ctx == NULL) {
+    if (c->conn == NULL) {
         return luaL_error(L, "redis client is closed");
     }
-    if (c->ctx->err) {
-        snprintf(err, sizeof(err), "redis connection to %s is broken: %s", c->where, c->ctx->errstr);
+    if (relay_redis_sync_error(c->conn) != NULL) {
+        snprintf(err, sizeof(err), "redis connection to %s is broken: %s", c->where, relay_redis_sync_error(c->conn));
         return push_result(L, NULL, err);
     }
     argc = collect_argv(L, 2, argv, argvlen);
-    reply = redisCommandArgv(c->ctx, argc, argv, argvlen);
+    reply = relay_redis_sync_command(c->conn, argc, argv, argvlen);
     if (reply == NULL) {
-        snprintf(err, sizeof(err), "redis at %s: %s", c->where, c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+        const char *why = relay_redis_sync_error(c->conn);
+        snprintf(err, sizeof(err), "redis at %s: %s", c->where, why ? why : "no reply");
         return push_result(L, NULL, err);
     }
     nret = push_result(L, reply, NULL);
@@ -528,9 +560,9 @@ lua_redis_sync_close(lua_State *L)
 {
     sync_client *c = luaL_checkudata(L, 1, SYNC_CLASS);
 
-    if (c->ctx != NULL) {
-        redisFree(c->ctx);
-        c->ctx = NULL;
+    if (c->conn != NULL) {
+        relay_redis_sync_free(c->conn);
+        c->conn = NULL;
     }
     return 0;
 }
@@ -564,7 +596,7 @@ lua_redis_sync_tostring(lua_State *L)
 {
     sync_client *c = luaL_checkudata(L, 1, SYNC_CLASS);
 
-    if (c->ctx == NULL) {
+    if (c->conn == NULL) {
         lua_pushliteral(L, SYNC_CLASS " (closed)");
     } else {
         lua_pushfstring(L, SYNC_CLASS " (%s)", c->where);

@@ -3,16 +3,62 @@
  * bounded connect and I/O timeouts, so an unreachable Redis fails fast.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/time.h>
 
+#include <openssl/ssl.h>
+
 #include "relay/redis_client.h"
+#include "relay/redis_tls.h"
+
+struct relay_redis_sync {
+    redisContext *ctx;
+    relay_tls *tls; /* NULL: plaintext */
+    SSL *ssl;
+};
+
+
+void
+relay_redis_sync_free(relay_redis_sync *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    SSL_free(s->ssl); /* before redisFree closes the socket under it */
+    relay_tls_free(s->tls);
+    redisFree(s->ctx);
+    free(s);
+}
+
+
+redisReply *
+relay_redis_sync_command(relay_redis_sync *s, int argc, const char **argv, const size_t *argvlen)
+{
+    if (s->ssl != NULL) {
+        return relay_redis_tls_command_blocking(s->ctx, s->ssl, argc, argv, argvlen);
+    }
+    return redisCommandArgv(s->ctx, argc, argv, argvlen);
+}
+
+
+const char *
+relay_redis_sync_error(const relay_redis_sync *s)
+{
+    if (!s->ctx->err) {
+        return NULL;
+    }
+    return s->ctx->errstr[0] ? s->ctx->errstr : "no reply";
+}
 
 
 static int
-blocking_step(redisContext *c, char *err, size_t errlen, const char *what, redisReply *reply)
+blocking_step(relay_redis_sync *s, char *err, size_t errlen, const char *what, int argc, const char **argv)
 {
+    redisReply *reply = relay_redis_sync_command(s, argc, argv, NULL);
+
     if (reply == NULL) {
-        snprintf(err, errlen, "%s failed: %s", what, c->errstr[0] ? c->errstr : "no reply");
+        const char *why = relay_redis_sync_error(s);
+        snprintf(err, errlen, "%s failed: %s", what, why ? why : "no reply");
         return -1;
     }
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -25,20 +71,23 @@ blocking_step(redisContext *c, char *err, size_t errlen, const char *what, redis
 }
 
 
-int
-relay_redis_handshake_blocking(redisContext *c, const relay_redis_addr *addr, char *err, size_t errlen)
+static int
+handshake(relay_redis_sync *s, const relay_redis_addr *addr, char *err, size_t errlen)
 {
     if (addr->password != NULL) {
-        redisReply *reply = addr->user != NULL ? redisCommand(c, "AUTH %s %s", addr->user, addr->password)
-                                               : redisCommand(c, "AUTH %s", addr->password);
-        if (blocking_step(c, err, errlen, "AUTH", reply) != 0) {
+        const char *with_user[] = {"AUTH", addr->user, addr->password};
+        const char *password_only[] = {"AUTH", addr->password};
+        int rc = addr->user != NULL ? blocking_step(s, err, errlen, "AUTH", 3, with_user)
+                                    : blocking_step(s, err, errlen, "AUTH", 2, password_only);
+        if (rc != 0) {
             return -1;
         }
     }
     if (addr->db != 0) {
         char db[16];
+        const char *select[] = {"SELECT", db};
         snprintf(db, sizeof(db), "%d", addr->db);
-        if (blocking_step(c, err, errlen, "SELECT", redisCommand(c, "SELECT %s", db)) != 0) {
+        if (blocking_step(s, err, errlen, "SELECT", 2, select) != 0) {
             return -1;
         }
     }
@@ -46,27 +95,50 @@ relay_redis_handshake_blocking(redisContext *c, const relay_redis_addr *addr, ch
 }
 
 
-redisContext *
+/* The plaintext connection, and TLS on it for rediss://. */
+static int
+open_transport(relay_redis_sync *s, const relay_redis_addr *addr, struct timeval tv, char *err, size_t errlen)
+{
+    s->ctx =
+        addr->path ? redisConnectUnixWithTimeout(addr->path, tv) : redisConnectWithTimeout(addr->host, addr->port, tv);
+    if (s->ctx == NULL || s->ctx->err) {
+        snprintf(err, errlen, "%s", s->ctx ? s->ctx->errstr : "out of memory");
+        return -1;
+    }
+    redisSetTimeout(s->ctx, tv);
+    if (addr->tls == NULL || addr->path != NULL) {
+        return 0;
+    }
+    s->tls = relay_tls_new(addr->tls, err, errlen);
+    if (s->tls == NULL) {
+        return -1;
+    }
+    s->ssl = relay_redis_tls_start_blocking(s->ctx, s->tls, addr->host, err, errlen);
+    return s->ssl != NULL ? 0 : -1;
+}
+
+
+relay_redis_sync *
 relay_redis_connect_blocking(const relay_redis_addr *addr, double timeout_s, char *err, size_t errlen)
 {
     struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
-    char where[512];
-    redisContext *c;
+    relay_redis_sync *s = calloc(1, sizeof(*s));
+    char where[512], inner[384];
 
     relay_redis_addr_describe(addr, where, sizeof(where));
-    c = addr->path ? redisConnectUnixWithTimeout(addr->path, tv) : redisConnectWithTimeout(addr->host, addr->port, tv);
-    if (c == NULL || c->err) {
-        snprintf(err, errlen, "cannot connect to redis at %s: %s", where, c ? c->errstr : "out of memory");
-        redisFree(c);
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    redisSetTimeout(c, tv);
-    if (relay_redis_handshake_blocking(c, addr, err, errlen) != 0) {
-        char inner[256];
-        snprintf(inner, sizeof(inner), "%s", err);
+    if (open_transport(s, addr, tv, inner, sizeof(inner)) != 0) {
+        snprintf(err, errlen, "cannot connect to redis at %s: %s", where, inner);
+        relay_redis_sync_free(s);
+        return NULL;
+    }
+    if (handshake(s, addr, inner, sizeof(inner)) != 0) {
         snprintf(err, errlen, "redis at %s: %s", where, inner);
-        redisFree(c);
+        relay_redis_sync_free(s);
         return NULL;
     }
-    return c;
+    return s;
 }

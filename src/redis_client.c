@@ -8,7 +8,9 @@
  * - a failed connect calls onConnect(REDIS_ERR) and frees the context;
  * - redisAsyncFree must never run inside a hiredis callback, so resets are
  *   done from our own timers;
- * - there are no timeouts at all, hence the connect timer and watchdogs.
+ * - there are no timeouts at all, hence the connect timer and watchdogs;
+ * - there is no TLS: for rediss:// a pump is spliced under the context
+ *   (relay/redis_tls.h) and lives exactly as long as it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 
 #include "relay/log.h"
 #include "relay/redis_client.h"
+#include "relay/redis_tls.h"
 
 #define MAX_IN_FLIGHT 10000
 #define CONNECT_TIMEOUT_S 5.0
@@ -56,10 +59,12 @@ struct relay_redis {
     int closing;
     size_t in_flight;
     relay_redis_request *pending; /* requests whose callbacks hiredis still owes */
-    char last_error[256];
+    char last_error[768];
     size_t max_reply;       /* bytes one reply may hold while it is read; 0 = no cap */
     size_t reply_bytes;     /* what the reply being read holds so far (see count_object) */
     char reset_reason[128]; /* why the connection is being reset, for the callbacks it fails */
+    relay_tls *tls;         /* rediss://: shared by every connection; NULL: plaintext */
+    relay_tls_pump *pump;   /* the current connection's TLS, when tls is set */
 };
 
 static void start_connect(relay_redis *r);
@@ -79,7 +84,7 @@ relay_redis_addr_describe(const relay_redis_addr *addr, char *out, size_t cap)
     if (addr->path != NULL) {
         snprintf(out, cap, "unix:%s?db=%d", addr->path, addr->db);
     } else {
-        snprintf(out, cap, "%s:%d/%d", addr->host, addr->port, addr->db);
+        snprintf(out, cap, "%s:%d/%d%s", addr->host, addr->port, addr->db, addr->tls ? " (tls)" : "");
     }
 }
 
@@ -165,6 +170,16 @@ schedule_retry(relay_redis *r)
 }
 
 
+/* The TLS under a context goes with it: its socketpair end would only
+ * ever see EOF, and its TCP socket is the connection being dropped. */
+static void
+drop_tls(relay_redis *r)
+{
+    relay_tls_pump_free(r->pump);
+    r->pump = NULL;
+}
+
+
 static void
 connection_gone(relay_redis *r)
 {
@@ -172,6 +187,7 @@ connection_gone(relay_redis *r)
      * again at once rather than after a backoff. */
     int deliberate = r->reset_reason[0] != '\0';
 
+    drop_tls(r);
     r->ac = NULL;
     r->state = CONN_IDLE;
     r->reset_reason[0] = '\0'; /* the failed commands were told already */
@@ -216,9 +232,10 @@ on_connect(const redisAsyncContext *ac, int status)
         connection_gone(r); /* hiredis frees the context after this */
         return;
     }
-    if (r->addr.path == NULL) {
+    if (r->addr.path == NULL && r->tls == NULL) {
         /* Half-open TCP is found by the watchdogs; keepalive helps idle
-         * connections notice too. Unix sockets have no keepalive. */
+         * connections notice too. Unix sockets have no keepalive; under TLS
+         * the splice set it on the TCP socket. */
         redisEnableKeepAlive((redisContext *)&ac->c);
     }
 }
@@ -444,6 +461,35 @@ limit_replies(relay_redis *r, redisAsyncContext *ac)
 }
 
 
+/* The pump stopped: the TLS handshake or the connection under it failed.
+ * The reset runs from the retry timer like any other. */
+static void
+tls_failed(void *ud, const char *error)
+{
+    relay_redis *r = ud;
+
+    set_error(r, r->state == CONN_READY ? "connection lost" : "cannot connect", error);
+    schedule_reset(r);
+}
+
+
+static int
+splice_tls(relay_redis *r, redisAsyncContext *ac)
+{
+    char err[256];
+
+    if (r->tls == NULL) {
+        return 0;
+    }
+    r->pump = relay_redis_tls_splice(r->loop, ac, r->tls, r->addr.host, tls_failed, r, err, sizeof(err));
+    if (r->pump == NULL) {
+        set_error(r, "cannot connect", err);
+        return -1;
+    }
+    return 0;
+}
+
+
 static void
 start_connect(relay_redis *r)
 {
@@ -453,8 +499,10 @@ start_connect(relay_redis *r)
         return;
     }
     ac = r->addr.path ? redisAsyncConnectUnix(r->addr.path) : redisAsyncConnect(r->addr.host, r->addr.port);
-    if (ac == NULL || ac->err) {
-        set_error(r, "cannot connect", ac ? ac->errstr : "out of memory");
+    if (ac == NULL || ac->err || splice_tls(r, ac) != 0) {
+        if (ac == NULL || ac->err) {
+            set_error(r, "cannot connect", ac ? ac->errstr : "out of memory");
+        }
         if (ac) {
             redisAsyncFree(ac);
         }
@@ -476,11 +524,17 @@ start_connect(relay_redis *r)
 
 
 relay_redis *
-relay_redis_new(struct ev_loop *loop, const relay_redis_addr *addr, relay_redis_state_fn on_state, void *ud)
+relay_redis_new(struct ev_loop *loop, const relay_redis_addr *addr, relay_redis_state_fn on_state, void *ud, char *err,
+                size_t errlen)
 {
     relay_redis *r = calloc(1, sizeof(*r));
 
     if (r == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (addr->tls != NULL && addr->path == NULL && (r->tls = relay_tls_new(addr->tls, err, errlen)) == NULL) {
+        free(r);
         return NULL;
     }
     r->loop = loop;
@@ -490,7 +544,9 @@ relay_redis_new(struct ev_loop *loop, const relay_redis_addr *addr, relay_redis_
     r->addr.user = dup_or_null(addr->user);
     r->addr.password = dup_or_null(addr->password);
     r->addr.db = addr->db;
+    r->addr.tls = addr->tls;
     relay_redis_addr_describe(&r->addr, r->description, sizeof(r->description));
+    r->addr.tls = NULL; /* the caller's; r->tls holds what it said */
     r->on_state = on_state;
     r->ud = ud;
     ev_timer_init(&r->connect_timer, connect_timed_out, CONNECT_TIMEOUT_S, 0.);
@@ -518,6 +574,8 @@ relay_redis_free(relay_redis *r)
         r->ac = NULL;
         redisAsyncFree(ac);
     }
+    drop_tls(r);
+    relay_tls_free(r->tls);
     /* Whatever hiredis did not answer (it always does on free) is failed
      * here so that no waiter is left parked. */
     while (r->pending != NULL) {

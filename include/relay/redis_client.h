@@ -16,6 +16,8 @@
 #include <ev.h>
 #include <hiredis/hiredis.h>
 
+#include "relay/tls.h"
+
 typedef struct {
     char *host; /* NULL for a unix socket */
     int port;
@@ -23,6 +25,7 @@ typedef struct {
     char *user;     /* NULL: AUTH with password only (or none) */
     char *password; /* NULL: no AUTH */
     int db;
+    const relay_tls_options *tls; /* rediss://: TLS over TCP; NULL: plaintext */
 } relay_redis_addr;
 
 typedef struct relay_redis relay_redis;
@@ -37,9 +40,10 @@ typedef void (*relay_redis_reply_fn)(void *privdata, redisReply *reply, const ch
  * 0 when a connection attempt failed or an established one was lost. */
 typedef void (*relay_redis_state_fn)(void *ud, int connected, const char *error);
 
-/* Copies addr. Starts connecting at once. */
+/* Copies addr. Starts connecting at once. NULL with err filled when the
+ * TLS settings cannot be used (a file missing, a key not matching). */
 relay_redis *relay_redis_new(struct ev_loop *loop, const relay_redis_addr *addr, relay_redis_state_fn on_state,
-                             void *ud);
+                             void *ud, char *err, size_t errlen);
 
 /* Fails every pending command with "closed" (their callbacks run) and frees. */
 void relay_redis_free(relay_redis *r);
@@ -75,10 +79,21 @@ relay_redis_request *relay_redis_command(relay_redis *r, int argc, const char **
 /* The callback will not run; the reply, if it comes, is dropped. */
 void relay_redis_cancel(relay_redis_request *req);
 
-/* Blocking connection with connect and I/O timeouts, handshake done. */
-redisContext *relay_redis_connect_blocking(const relay_redis_addr *addr, double timeout_s, char *err, size_t errlen);
+/* A blocking connection (src/redis_blocking.c), plaintext or TLS. */
+typedef struct relay_redis_sync relay_redis_sync;
 
-/* Runs the handshake (AUTH, SELECT) on a blocking context. */
-int relay_redis_handshake_blocking(redisContext *c, const relay_redis_addr *addr, char *err, size_t errlen);
+/* Connects with connect and I/O timeouts and runs the handshake (AUTH,
+ * SELECT). NULL with err filled on failure. */
+relay_redis_sync *relay_redis_connect_blocking(const relay_redis_addr *addr, double timeout_s, char *err,
+                                               size_t errlen);
+
+/* Sends one command and waits for its reply (the caller frees it). NULL
+ * on a transport failure: see relay_redis_sync_error. */
+redisReply *relay_redis_sync_command(relay_redis_sync *s, int argc, const char **argv, const size_t *argvlen);
+
+/* Why the connection broke, or NULL while it works. */
+const char *relay_redis_sync_error(const relay_redis_sync *s);
+
+void relay_redis_sync_free(relay_redis_sync *s);
 
 #endif

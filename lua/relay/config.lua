@@ -117,7 +117,9 @@ end
 
 
 --- Parses a REDIS_URL into an address table for relay.core.redis.
--- @return {host, port, path, user, password, db} | nil, reason
+-- rediss:// marks the address with a tls table, which load() fills from
+-- the RELAY_REDIS_* TLS variables.
+-- @return {host, port, path, user, password, db, tls} | nil, reason
 function _M.parse_redis_url(url)
     local rest = url:match("^unix://(.*)$")
     if rest then
@@ -127,7 +129,15 @@ function _M.parse_redis_url(url)
     if rest then
         return parse_tcp_url(rest)
     end
-    return nil, "expected redis://[user:password@]host:port/db or unix:///path/to/sock[?db=N]"
+    rest = url:match("^rediss://(.*)$")
+    if rest then
+        local addr, err = parse_tcp_url(rest)
+        if addr then
+            addr.tls = {}
+        end
+        return addr, err
+    end
+    return nil, "expected redis://[user:password@]host:port/db, rediss://… (TLS) or unix:///path/to/sock[?db=N]"
 end
 
 
@@ -278,6 +288,16 @@ setting("RELAY_MAX_EVENT_BYTES", nil, "max_event_bytes", "1Mi", parse_event_byte
 setting("RELAY_IMAGES", nil, "images", nil, parse_absolute_path)
 setting("RELAY_DLQ_MAXLEN", nil, "dlq_maxlen", "0", parse_dlq_maxlen)
 setting("RELAY_CLAIM_WAIT", nil, "claim_wait", nil, parse_claim_wait)
+setting("RELAY_REDIS_CA", nil, "redis_ca", nil, parse_path)
+setting("RELAY_REDIS_CERT", nil, "redis_cert", nil, parse_path)
+setting("RELAY_REDIS_KEY", nil, "redis_key", nil, parse_path)
+setting("RELAY_REDIS_TLS_SERVERNAME", nil, "redis_tls_servername", nil, parse_nonempty_name)
+
+-- The TLS variables, and where they go in a rediss:// address's tls table.
+local TLS_SETTINGS = {
+    { key = "redis_ca", field = "ca" }, { key = "redis_cert", field = "cert" },
+    { key = "redis_key", field = "key" }, { key = "redis_tls_servername", field = "servername" },
+}
 
 
 local function flag_field(flag)
@@ -346,6 +366,24 @@ local function setting_value(s, env, flags)
 end
 
 
+--- Puts the TLS variables into a rediss:// address. Set with any other
+-- URL they would be ignored, and a connection believed encrypted would
+-- not be: that is an error.
+local function attach_tls(cfg)
+    local tls = type(cfg.redis_url) == "table" and cfg.redis_url.tls
+    for _, t in ipairs(TLS_SETTINGS) do
+        if cfg[t.key] and not tls then
+            return nil, string.format("%s is set but REDIS_URL is not rediss:// (TLS); use rediss:// or unset it",
+                SETTINGS_BY_KEY[t.key].var)
+        end
+        if tls then
+            tls[t.field] = cfg[t.key]
+        end
+    end
+    return cfg
+end
+
+
 --- Builds the configuration from env (default: the process environment)
 -- and flags (parsed argparse results; a flag wins over its variable).
 -- @return cfg | nil, "REDIS_URL=…: reason"
@@ -361,7 +399,7 @@ function _M.load(env, flags)
         cfg[s.key] = value
     end
     cfg.redis_url_text = raw_value(SETTINGS_BY_KEY.redis_url, env, flags)
-    return cfg
+    return attach_tls(cfg)
 end
 
 
