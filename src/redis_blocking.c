@@ -15,6 +15,7 @@ struct relay_redis_sync {
     redisContext *ctx;
     relay_tls *tls; /* NULL: plaintext */
     SSL *ssl;
+    char tls_error[512]; /* why a TLS command failed (hiredis's errstr is too short) */
 };
 
 
@@ -35,7 +36,8 @@ redisReply *
 relay_redis_sync_command(relay_redis_sync *s, int argc, const char **argv, const size_t *argvlen)
 {
     if (s->ssl != NULL) {
-        return relay_redis_tls_command_blocking(s->ctx, s->ssl, argc, argv, argvlen);
+        return relay_redis_tls_command_blocking(s->ctx, s->ssl, argc, argv, argvlen, s->tls_error,
+                                                sizeof(s->tls_error));
     }
     return redisCommandArgv(s->ctx, argc, argv, argvlen);
 }
@@ -46,6 +48,9 @@ relay_redis_sync_error(const relay_redis_sync *s)
 {
     if (!s->ctx->err) {
         return NULL;
+    }
+    if (s->tls_error[0] != '\0') {
+        return s->tls_error;
     }
     return s->ctx->errstr[0] ? s->ctx->errstr : "no reply";
 }
@@ -91,6 +96,13 @@ handshake(relay_redis_sync *s, const relay_redis_addr *addr, char *err, size_t e
             return -1;
         }
     }
+    if (s->ssl != NULL) {
+        /* Under TLS 1.3 a server refuses a client certificate only after the
+         * client's handshake is done: a round trip makes that a connect
+         * failure rather than the first command's. */
+        const char *ping[] = {"PING"};
+        return blocking_step(s, err, errlen, "PING", 1, ping);
+    }
     return 0;
 }
 
@@ -123,7 +135,7 @@ relay_redis_connect_blocking(const relay_redis_addr *addr, double timeout_s, cha
 {
     struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     relay_redis_sync *s = calloc(1, sizeof(*s));
-    char where[512], inner[384];
+    char where[512], inner[640];
 
     relay_redis_addr_describe(addr, where, sizeof(where));
     if (s == NULL) {

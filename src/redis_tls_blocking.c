@@ -24,13 +24,13 @@ set_context_error(redisContext *c, int type, const char *text)
 }
 
 
+/* The full description goes to err: hiredis's errstr holds 128 bytes,
+ * too few for a description and its fix. */
 static void
-set_ssl_error(redisContext *c, SSL *ssl, int ret)
+set_ssl_error(redisContext *c, SSL *ssl, int ret, char *err, size_t errlen)
 {
-    char why[sizeof(c->errstr)];
-
-    relay_tls_describe_failure(ssl, ret, why, sizeof(why));
-    set_context_error(c, REDIS_ERR_IO, why);
+    relay_tls_describe_failure(ssl, ret, err, errlen);
+    set_context_error(c, REDIS_ERR_IO, err);
 }
 
 
@@ -56,7 +56,7 @@ relay_redis_tls_start_blocking(redisContext *c, const relay_tls *tls, const char
 
 /* Sends what hiredis formatted into its output buffer. */
 static int
-flush_output(redisContext *c, SSL *ssl)
+flush_output(redisContext *c, SSL *ssl, char *err, size_t errlen)
 {
     size_t off = 0, len = sdslen(c->obuf);
 
@@ -65,7 +65,7 @@ flush_output(redisContext *c, SSL *ssl)
         ERR_clear_error();
         ret = SSL_write(ssl, c->obuf + off, (int)(len - off));
         if (ret <= 0) {
-            set_ssl_error(c, ssl, ret);
+            set_ssl_error(c, ssl, ret, err, errlen);
             return REDIS_ERR;
         }
         off += (size_t)ret;
@@ -74,6 +74,7 @@ flush_output(redisContext *c, SSL *ssl)
     c->obuf = sdsempty();
     if (c->obuf == NULL) {
         set_context_error(c, REDIS_ERR_OOM, "out of memory");
+        snprintf(err, errlen, "out of memory");
         return REDIS_ERR;
     }
     return REDIS_OK;
@@ -82,7 +83,7 @@ flush_output(redisContext *c, SSL *ssl)
 
 /* Feeds decrypted bytes to hiredis's reader until it has a whole reply. */
 static redisReply *
-read_reply(redisContext *c, SSL *ssl)
+read_reply(redisContext *c, SSL *ssl, char *err, size_t errlen)
 {
     char buf[READ_CHUNK];
     void *reply = NULL;
@@ -91,6 +92,7 @@ read_reply(redisContext *c, SSL *ssl)
         int ret;
         if (redisReaderGetReply(c->reader, &reply) != REDIS_OK) {
             set_context_error(c, REDIS_ERR_PROTOCOL, c->reader->errstr);
+            snprintf(err, errlen, "%s", c->errstr);
             return NULL;
         }
         if (reply != NULL) {
@@ -99,11 +101,12 @@ read_reply(redisContext *c, SSL *ssl)
         ERR_clear_error();
         ret = SSL_read(ssl, buf, (int)sizeof(buf));
         if (ret <= 0) {
-            set_ssl_error(c, ssl, ret);
+            set_ssl_error(c, ssl, ret, err, errlen);
             return NULL;
         }
         if (redisReaderFeed(c->reader, buf, (size_t)ret) != REDIS_OK) {
             set_context_error(c, REDIS_ERR_PROTOCOL, c->reader->errstr);
+            snprintf(err, errlen, "%s", c->errstr);
             return NULL;
         }
     }
@@ -111,13 +114,18 @@ read_reply(redisContext *c, SSL *ssl)
 
 
 redisReply *
-relay_redis_tls_command_blocking(redisContext *c, SSL *ssl, int argc, const char **argv, const size_t *argvlen)
+relay_redis_tls_command_blocking(redisContext *c, SSL *ssl, int argc, const char **argv, const size_t *argvlen,
+                                 char *err, size_t errlen)
 {
     if (c->err) {
         return NULL;
     }
-    if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK || flush_output(c, ssl) != REDIS_OK) {
+    if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK) {
+        snprintf(err, errlen, "%s", c->errstr);
         return NULL;
     }
-    return read_reply(c, ssl);
+    if (flush_output(c, ssl, err, errlen) != REDIS_OK) {
+        return NULL;
+    }
+    return read_reply(c, ssl, err, errlen);
 }

@@ -103,6 +103,20 @@ load_client_cert(SSL_CTX *ctx, const char *cert, const char *key, char *err, siz
 }
 
 
+/* Called by OpenSSL when the server asks for a client certificate and none
+ * is configured: noted, because under TLS 1.3 the server's refusal comes
+ * after the client's handshake is done, often as a bare reset, and the
+ * note is then all that explains it. */
+static int
+note_certificate_request(SSL *ssl, X509 **cert, EVP_PKEY **key)
+{
+    (void)cert;
+    (void)key;
+    SSL_set_app_data(ssl, ssl);
+    return 0; /* send none */
+}
+
+
 relay_tls *
 relay_tls_new(const relay_tls_options *opts, char *err, size_t errlen)
 {
@@ -128,6 +142,9 @@ relay_tls_new(const relay_tls_options *opts, char *err, size_t errlen)
         return NULL;
     }
     tls->has_client_cert = opts->cert != NULL;
+    if (!tls->has_client_cert) {
+        SSL_CTX_set_client_cert_cb(tls->ctx, note_certificate_request);
+    }
     if (opts->servername != NULL && (tls->servername = strdup(opts->servername)) == NULL) {
         snprintf(err, errlen, "out of memory");
         relay_tls_free(tls);
@@ -262,6 +279,19 @@ describe_socket_failure(int ret, int error, char *out, size_t cap)
 }
 
 
+static void
+add_client_certificate_hint(SSL *ssl, char *out, size_t cap)
+{
+    size_t len = strlen(out);
+
+    if (SSL_get_app_data(ssl) != NULL && strstr(out, "RELAY_REDIS_CERT") == NULL && len < cap) {
+        snprintf(out + len, cap - len,
+                 "; the server asked for a client certificate: set RELAY_REDIS_CERT and "
+                 "RELAY_REDIS_KEY");
+    }
+}
+
+
 void
 relay_tls_describe_failure(SSL *ssl, int ret, char *out, size_t cap)
 {
@@ -283,5 +313,8 @@ relay_tls_describe_failure(SSL *ssl, int ret, char *out, size_t cap)
         char why[256];
         last_openssl_error(why, sizeof(why));
         snprintf(out, cap, "TLS: %s", why[0] ? why : "failed");
+    }
+    if (kind != SSL_ERROR_WANT_READ && kind != SSL_ERROR_WANT_WRITE) {
+        add_client_certificate_hint(ssl, out, cap);
     }
 }

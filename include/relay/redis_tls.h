@@ -36,9 +36,9 @@ relay_tls_pump *relay_redis_tls_splice(struct ev_loop *loop, redisAsyncContext *
 struct ssl_st *relay_redis_tls_start_blocking(redisContext *c, const relay_tls *tls, const char *host, char *err,
                                               size_t errlen);
 
-/* redisCommandArgv over the session: NULL with c->err/errstr set on a
- * transport failure, as hiredis does. */
+/* redisCommandArgv over the session: NULL on a transport failure, with
+ * c->err set as hiredis does and the whole description in err. */
 redisReply *relay_redis_tls_command_blocking(redisContext *c, struct ssl_st *ssl, int argc, const char **argv,
-                                             const size_t *argvlen);
+                                             const size_t *argvlen, char *err, size_t errlen);
 
 #endif
