@@ -4,22 +4,29 @@
 -- daemon (async client) runs a handler, dead-letters an entry that `relay
 -- dlq ls` then lists over TLS; a CA that did not sign the server, a name the
 -- certificate does not carry and a missing client certificate are refused,
--- each naming the variable that fixes it.
+-- each naming the variable that fixes it. Under TLS the per-reply cap, the
+-- reconnect and the connect timeout hold as they do in plaintext.
 local cjson = require("cjson")
 local cli = require("helpers.cli")
 local config = require("relay.config")
+local core_redis = require("relay.core.redis")
+local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
+local loop = require("relay.core.loop")
+local proc = require("relay.core.proc")
 local redis = require("relay.redis")
 local runtime = require("relay.runtime")
 local tls = require("helpers.tls")
 local world = require("helpers.world")
+
+local MiB = 1024 * 1024
 
 local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
 local maybe = usable and describe or pending
 
 
 describe("rediss:// from the CLI", function()
-    local pki, server
+    local pki, server, silent_port
 
     setup(function()
         pki = tls.pki()
@@ -70,6 +77,45 @@ describe("rediss:// from the CLI", function()
         r = cli.run({ "status" }, server:env({ RELAY_REDIS_CA = pki.dir .. "/nosuch.crt" }))
         assert.are.equal(2, r.code, r.stderr)
         assert.matches("RELAY_REDIS_CA=" .. pki.dir .. "/nosuch.crt", r.stderr, 1, true)
+    end)
+
+    it("keeps the per-reply cap and reconnects after a reset or a killed connection", function()
+        local addr = assert(config.load(server:env({ RELAY_REDIS_CA = pki.ca }))).redis_url
+        local client = assert(core_redis.connect(addr, 5, MiB))
+        assert(client:call("SET", "big", string.rep("b", 3 * MiB)))
+        assert(client:call("SET", "small", string.rep("s", 512 * 1024)))
+        local value, err, kind = client:call("GET", "big")
+        assert.is_nil(value)
+        assert.matches("^reply too large", err)
+        assert.are.equal("io", kind)
+        daemon.wait_until(function() return client:connected() end, 5, "reconnected after the reset")
+        assert.are.equal(512 * 1024, #assert(client:call("GET", "small")))
+        server.plain:cli("CLIENT KILL TYPE normal")
+        daemon.wait_until(function() return client:call("PING") ~= nil end, 10, "reconnected after the kill")
+        assert.is_true(client:info().reconnects >= 2)
+        client:close()
+    end)
+
+    it("fails within the connect timeout against a port that accepts TCP but never answers TLS", function()
+        local silent = assert(proc.spawn({ argv = { "python3", "-c",
+            "import socket, sys, time\n" ..
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n" ..
+            "print(s.getsockname()[1]); sys.stdout.flush(); time.sleep(60)" },
+            on_line = function(_, line) silent_port = tonumber(line) end }))
+        daemon.wait_until(function() return silent_port end, 10, "the silent listener")
+        local env = { REDIS_URL = "rediss://localhost:" .. silent_port, RELAY_REDIS_CA = pki.ca }
+        local started = loop.monotonic()
+        local r = cli.run({ "status" }, env)
+        assert.are.equal(2, r.code, r.stderr)
+        assert.matches("timed out", r.stderr, 1, true)
+        assert.is_true(loop.monotonic() - started < 10, "bounded by the 5 s timeout")
+        started = loop.monotonic()
+        local client, err = redis.connect(assert(config.load(env)))
+        assert.is_nil(client)
+        assert.truthy(err:find("timeout", 1, true) or err:find("timed out", 1, true), err)
+        assert.is_true(loop.monotonic() - started < 10, "bounded by the 5 s timeout")
+        silent:kill("KILL")
+        silent:wait(5)
     end)
 end)
 
