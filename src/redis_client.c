@@ -490,6 +490,53 @@ splice_tls(relay_redis *r, redisAsyncContext *ac)
 }
 
 
+/* hiredis's libev write callback, then the pump takes what it wrote in
+ * this loop iteration instead of after the next poll. */
+static void
+write_then_kick(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    redisLibevEvents *e = w->data;
+    redisAsyncContext *ac = e->context;
+    relay_redis *r = ac->data;
+
+    redisAsyncHandleWrite(ac);
+    /* A disconnect inside the call freed ac (and the pump with it). */
+    if (r != NULL && r->ac == ac && r->pump != NULL) {
+        relay_tls_pump_kick(r->pump);
+    }
+}
+
+
+/* The pump passed a reply's bytes on: hiredis reads them in this loop
+ * iteration (through capped_read, so the cap holds). */
+static void
+tls_delivered(void *ud)
+{
+    relay_redis *r = ud;
+
+    if (r->ac != NULL) {
+        redisLibevEvents *e = r->ac->ev.data;
+        ev_feed_event(r->loop, &e->rev, EV_READ);
+    }
+}
+
+
+/* Saves the loop a poll per hop between hiredis and the pump. */
+static void
+couple_pump(relay_redis *r, redisAsyncContext *ac)
+{
+    redisLibevEvents *e = ac->ev.data;
+
+    if (r->pump == NULL) {
+        return;
+    }
+    ev_set_cb(&e->wev, write_then_kick);
+    relay_tls_pump_on_delivered(r->pump, tls_delivered);
+}
+
+
 static void
 start_connect(relay_redis *r)
 {
@@ -515,6 +562,7 @@ start_connect(relay_redis *r)
     r->state = CONN_HANDSHAKE;
     redisLibevAttach(r->loop, ac);
     limit_replies(r, ac);
+    couple_pump(r, ac);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     send_handshake(r);

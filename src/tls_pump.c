@@ -3,10 +3,18 @@
  *
  * Every wake-up runs pump(): it tries each step of both directions until
  * none makes progress, noting which readiness each blocked step waits for,
- * then watches exactly that. Trying everything costs at most a few
- * EAGAINs, and it is what makes TLS's cross-wants safe: SSL_read may need
- * the socket writable and SSL_write readable, and decrypted bytes may sit
- * inside OpenSSL with nothing left to read from the socket.
+ * then watches exactly that. Trying every step is what makes TLS's
+ * cross-wants safe: SSL_read may need the socket writable and SSL_write
+ * readable, and decrypted bytes may sit inside OpenSSL with nothing left to
+ * read from the socket. A read is skipped, though, while its socket is
+ * taken to be drained (an EAGAIN or a short read since it last turned
+ * readable): epoll is level-triggered, so the watcher reports any bytes
+ * left, and a request or reply costs no read that only hears EAGAIN.
+ *
+ * A request costs the loop no extra iteration either way: the owner kicks
+ * the pump right after hiredis wrote, and the pump tells the owner when it
+ * delivered, who feeds hiredis's read watcher (ev_feed_event: run in this
+ * iteration, cleared if the watcher is stopped first).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,11 +47,14 @@ struct relay_tls_pump {
     int net_fd, plain_fd;
     ev_io net_read, net_write, plain_read, plain_write;
     pump_phase phase;
-    int plain_closed; /* hiredis's end closed: nothing more to send */
+    int plain_closed;  /* hiredis's end closed: nothing more to send */
+    int plain_drained; /* recv said EAGAIN since plain_fd last turned readable */
+    int net_drained;   /* likewise SSL_read's WANT_READ for net_fd */
     unsigned wants;
     pump_buffer up;   /* from hiredis, to the server */
     pump_buffer down; /* from the server, to hiredis */
     relay_tls_pump_fail_fn on_fail;
+    relay_tls_pump_delivered_fn on_delivered;
     void *ud;
     char error[512];
 };
@@ -86,14 +97,21 @@ ssl_blocked(relay_tls_pump *p, int ret)
 }
 
 
+/* SO_ERROR is 0 both once connected and while still connecting (a kick
+ * can wake the pump then): getpeername tells them apart. */
 static void
 finish_tcp_connect(relay_tls_pump *p)
 {
     int error = 0;
     socklen_t len = sizeof(error);
+    struct sockaddr_storage peer;
+    socklen_t peer_len = sizeof(peer);
 
     if (getsockopt(p->net_fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) {
         error = errno;
+    }
+    if (error == 0 && getpeername(p->net_fd, (struct sockaddr *)&peer, &peer_len) != 0) {
+        error = errno == ENOTCONN ? EINPROGRESS : errno;
     }
     if (error == EINPROGRESS || error == EALREADY) {
         p->wants |= WANT_NET_WRITE;
@@ -129,15 +147,23 @@ take_from_plain(relay_tls_pump *p)
     if (p->up.len != 0 || p->plain_closed) {
         return 0;
     }
+    if (p->plain_drained) {
+        p->wants |= WANT_PLAIN_READ;
+        return 0;
+    }
     n = recv(p->plain_fd, p->up.data, sizeof(p->up.data), 0);
     if (n > 0) {
         p->up.len = (size_t)n;
         p->up.off = 0;
+        /* A short read emptied the socket: asking again would only hear
+         * EAGAIN, and the watcher tells when more comes. */
+        p->plain_drained = (size_t)n < sizeof(p->up.data);
         return 1;
     }
     if (n == 0) {
         p->plain_closed = 1; /* the owner is closing the connection */
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        p->plain_drained = 1;
         p->wants |= WANT_PLAIN_READ;
     } else if (errno != EINTR) {
         fail(p, "TLS pump: %s", strerror(errno));
@@ -178,14 +204,22 @@ take_from_server(relay_tls_pump *p)
     if (p->down.len != 0) {
         return 0;
     }
+    if (p->net_drained && SSL_pending(p->ssl) == 0 && !SSL_has_pending(p->ssl)) {
+        p->wants |= WANT_NET_READ;
+        return 0;
+    }
     ERR_clear_error();
     ret = SSL_read(p->ssl, p->down.data, (int)sizeof(p->down.data));
     if (ret <= 0) {
+        p->net_drained = SSL_get_error(p->ssl, ret) == SSL_ERROR_WANT_READ;
         ssl_blocked(p, ret);
         return 0;
     }
     p->down.len = (size_t)ret;
     p->down.off = 0;
+    /* With read-ahead OpenSSL read what the socket held; if none of it is
+     * left, the socket is likely empty: the watcher tells when it is not. */
+    p->net_drained = !SSL_has_pending(p->ssl);
     return 1;
 }
 
@@ -216,18 +250,23 @@ give_to_plain(relay_tls_pump *p)
 }
 
 
-static void
+/* Whether anything reached the plaintext side. */
+static int
 stream(relay_tls_pump *p)
 {
-    int progress;
+    int progress, delivered = 0;
 
     do {
+        int gave;
         p->wants = 0;
         progress = take_from_plain(p);
         progress |= send_to_server(p);
         progress |= take_from_server(p);
-        progress |= give_to_plain(p);
+        gave = give_to_plain(p);
+        delivered |= gave;
+        progress |= gave;
     } while (progress && p->phase == PHASE_OPEN);
+    return delivered;
 }
 
 
@@ -257,6 +296,8 @@ watch_wants(relay_tls_pump *p)
 static void
 pump(relay_tls_pump *p)
 {
+    int delivered = 0;
+
     p->wants = 0;
     if (p->phase == PHASE_CONNECTING) {
         finish_tcp_connect(p);
@@ -265,9 +306,12 @@ pump(relay_tls_pump *p)
         handshake(p);
     }
     if (p->phase == PHASE_OPEN) {
-        stream(p);
+        delivered = stream(p);
     }
     watch_wants(p);
+    if (delivered && p->on_delivered != NULL && p->phase != PHASE_FAILED) {
+        p->on_delivered(p->ud);
+    }
     if (p->phase == PHASE_FAILED && p->on_fail != NULL) {
         relay_tls_pump_fail_fn on_fail = p->on_fail;
         p->on_fail = NULL;
@@ -281,7 +325,28 @@ ready(struct ev_loop *loop, ev_io *w, int revents)
 {
     (void)loop;
     (void)revents;
-    pump(w->data);
+    relay_tls_pump *p = w->data;
+
+    if (w == &p->plain_read) {
+        p->plain_drained = 0;
+    } else if (w == &p->net_read) {
+        p->net_drained = 0;
+    }
+    pump(p);
+}
+
+
+void
+relay_tls_pump_on_delivered(relay_tls_pump *p, relay_tls_pump_delivered_fn on_delivered)
+{
+    p->on_delivered = on_delivered;
+}
+
+
+void
+relay_tls_pump_kick(relay_tls_pump *p)
+{
+    ev_feed_event(p->loop, &p->plain_read, EV_READ);
 }
 
 

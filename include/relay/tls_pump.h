@@ -25,12 +25,21 @@ struct ssl_st;
 typedef struct relay_tls_pump relay_tls_pump;
 
 typedef void (*relay_tls_pump_fail_fn)(void *ud, const char *error);
+typedef void (*relay_tls_pump_delivered_fn)(void *ud);
 
 /* Takes ownership of ssl (set to net_fd, in connect state), net_fd (a TCP
  * socket, possibly still connecting) and plain_fd. NULL when out of memory;
  * then the caller still owns all three. */
 relay_tls_pump *relay_tls_pump_new(struct ev_loop *loop, struct ssl_st *ssl, int net_fd, int plain_fd,
                                    relay_tls_pump_fail_fn on_fail, void *ud);
+
+/* Runs on_delivered(ud) after a wake-up that passed bytes to plain_fd, so
+ * the reader there can be run in the same loop iteration. Optional. */
+void relay_tls_pump_on_delivered(relay_tls_pump *p, relay_tls_pump_delivered_fn on_delivered);
+
+/* The plaintext side just wrote: the pump runs in this loop iteration
+ * rather than after the next poll. */
+void relay_tls_pump_kick(relay_tls_pump *p);
 
 /* Whether the TLS handshake completed. */
 int relay_tls_pump_is_open(const relay_tls_pump *p);
