@@ -8,6 +8,10 @@
 --      2: `relay run` vs relay.runtime.invoke at concurrency 2; M each
 --   c  RSS: idle daemon without apps, with 100 apps x 10 rules, and with
 --      MSGS matched messages of paused apps read and left pending
+--   t  the cost of TLS: (a)'s unmatched throughput of `relay run` over TCP,
+--      redis:// vs rediss:// to the same server (BENCH_PLAIN_URL,
+--      BENCH_TLS_URL, BENCH_TLS_CA: worker_bench.sh sets them), N events
+--      each on its own fresh group, rounds alternating which goes first
 -- Prints figures and ratio lines; errors raise (exit non-zero), missed
 -- targets do not.
 local config = require("relay.config")
@@ -262,6 +266,64 @@ local function bench_unmatched()
     c:close()
 end
 
+-- (t) ----------------------------------------------------------------------
+
+--- One `relay run` over url taking the N unmatched entries of stream on a
+-- fresh group: events/s from launch and from its first read, and the CPU
+-- us/event of the daemon and of redis-server (which does TLS too).
+local function unmatched_run(c, name, stream, apps_dir, env)
+    local vars = { REDIS_STREAM = stream, RELAY_APPS = apps_dir, MAX_CONCURRENCY = "4" }
+    for k, v in pairs(env) do
+        vars[k] = v
+    end
+    local rcpu0 = redis_cpu(c)
+    local d = start_daemon(name, vars)
+    local total, steady = d:wait_group(c, stream, N, 0, 600)
+    local cpu, rcpu = cpu_of(d.pid) / N * 1e6, (redis_cpu(c) - rcpu0) / N * 1e6
+    d:stop()
+    return N / total, N / steady, cpu, rcpu
+end
+
+local function bench_tls()
+    local plain_url, tls_url, ca = os.getenv("BENCH_PLAIN_URL"), os.getenv("BENCH_TLS_URL"), os.getenv("BENCH_TLS_CA")
+    assert(plain_url and tls_url and ca, "(t) needs BENCH_PLAIN_URL, BENCH_TLS_URL and BENCH_TLS_CA")
+    local stream = "bench-t"
+    local c = connect(stream)
+    local apps_dir = WORK .. "/apps-t"
+    write_apps(apps_dir, 10, 10)
+    preload(c, stream, N, [['{"table_name":"orders","event_name":"INSERT","id":' .. i .. ',"new":{"total":42}}']])
+    local plain = { launch = {}, steady = {}, cpu = {}, rcpu = {} }
+    local tls = { launch = {}, steady = {}, cpu = {}, rcpu = {} }
+    local function measure(into, tag, r, env)
+        into.launch[r], into.steady[r], into.cpu[r], into.rcpu[r] =
+            unmatched_run(c, "relay-t" .. tag .. r, stream, apps_dir, env)
+    end
+    local ratios = {}
+    for r = 1, ROUNDS do
+        local plain_env, tls_env = { REDIS_URL = plain_url }, { REDIS_URL = tls_url, RELAY_REDIS_CA = ca }
+        if r % 2 == 1 then
+            measure(plain, "p", r, plain_env)
+            measure(tls, "s", r, tls_env)
+        else
+            measure(tls, "s", r, tls_env)
+            measure(plain, "p", r, plain_env)
+        end
+        ratios[r] = string.format("%.2f", tls.steady[r] / plain.steady[r])
+    end
+    print(string.format("(t) TLS cost: %d unmatched events per run, 10 apps x 10 rules, over TCP to one redis-server; "
+        .. "%d rounds, medians", N, ROUNDS))
+    print(string.format("(t) relay run, redis:// (plain):  %8.0f events/s from launch, %8.0f from first read, "
+        .. "CPU us/event: relay %.2f, redis %.2f", median(plain.launch), median(plain.steady), median(plain.cpu),
+        median(plain.rcpu)))
+    print(string.format("(t) relay run, rediss:// (TLS):   %8.0f events/s from launch, %8.0f from first read, "
+        .. "CPU us/event: relay %.2f, redis %.2f", median(tls.launch), median(tls.steady), median(tls.cpu),
+        median(tls.rcpu)))
+    print(string.format("(t) ratio TLS/plain: %.3f from launch, %.3f from first read; per round %s",
+        median(tls.launch) / median(plain.launch), median(tls.steady) / median(plain.steady),
+        table.concat(ratios, " ")))
+    c:close()
+end
+
 -- (b) ----------------------------------------------------------------------
 
 local function bench_matched()
@@ -374,7 +436,7 @@ local function bench_rss()
     c:close()
 end
 
-local benches = { a = bench_unmatched, b = bench_matched, c = bench_rss }
+local benches = { a = bench_unmatched, b = bench_matched, c = bench_rss, t = bench_tls }
 assert(benches[WHICH], "unknown benchmark " .. tostring(WHICH))
 assert(fs.mkdir_p(WORK))
 benches[WHICH]()
