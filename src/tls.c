@@ -136,8 +136,11 @@ relay_tls_new(const relay_tls_options *opts, char *err, size_t errlen)
     SSL_CTX_set_verify(tls->ctx, SSL_VERIFY_PEER, NULL);
     /* The pump retries a write with whatever is left of its buffer. */
     SSL_CTX_set_mode(tls->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    /* One read() takes whatever records arrived, not a header then a body. */
-    SSL_CTX_set_read_ahead(tls->ctx, 1);
+    /* No read-ahead (OpenSSL's default, said here because it matters): every
+     * byte OpenSSL has not read stays in the kernel, where epoll announces
+     * it; bytes read ahead into OpenSSL's buffer would be announced by
+     * nothing, and the pump waits for epoll. A record costs two read()s. */
+    SSL_CTX_set_read_ahead(tls->ctx, 0);
     if (load_trust(tls->ctx, opts->ca, err, errlen) != 0
         || load_client_cert(tls->ctx, opts->cert, opts->key, err, errlen) != 0) {
         relay_tls_free(tls);

@@ -217,8 +217,8 @@ take_from_server(relay_tls_pump *p)
     }
     p->down.len = (size_t)ret;
     p->down.off = 0;
-    /* With read-ahead OpenSSL read what the socket held; if none of it is
-     * left, the socket is likely empty: the watcher tells when it is not. */
+    /* A reply is mostly one record: once OpenSSL holds nothing more, the
+     * socket is likely empty, and the watcher tells when it is not. */
     p->net_drained = !SSL_has_pending(p->ssl);
     return 1;
 }
