@@ -105,6 +105,14 @@ describe("relay dlq #compressed", function()
         r = cli.run({ "dlq", "inspect", "1-1" }, env)
         assert.are.equal(1, r.code)
         assert.matches("^relay: no DLQ entry 1%-1", r.stderr)
+        -- not an id at all: said so, before anything is read or removed
+        r = cli.run({ "dlq", "inspect", "bogus" }, env)
+        assert.are.same({ 2, "relay: bogus: not a stream id (<ms>-<seq>, as `relay dlq ls` shows them)\n" },
+            { r.code, r.stderr })
+        r = cli.run({ "dlq", "rm", dlq_id, "bogus" }, env)
+        assert.are.equal(2, r.code)
+        assert.matches("bogus: not a stream id", r.stderr)
+        assert.are.equal(1, #client:call("XRANGE", "relay:events:dlq", dlq_id, dlq_id))
 
         -- the malformed entry cannot be replayed
         local malformed_id = by_label["-/-"][1][1]

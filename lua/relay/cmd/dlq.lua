@@ -31,6 +31,17 @@ function _M.selection_args(cmd)
 end
 
 
+--- Refuses (usage error, before anything is read or changed) an id that
+-- is not a stream id: Redis's own answer would be a generic ERR.
+function _M.check_ids(ids)
+    for _, id in ipairs(ids) do
+        if not (id:match("^%d+%-%d+$") or id:match("^%d+$")) then
+            exit.usage(id .. ": not a stream id (<ms>-<seq>, as `relay dlq ls` shows them)")
+        end
+    end
+end
+
+
 --- A client and the DLQ key of the configured stream.
 function _M.open(args)
     local cfg = config.load_or_exit(args)
@@ -85,6 +96,7 @@ function _M.each_selected(args, client, key, fn)
     if #args.ids == 0 then
         exit.usage("give DLQ entry ids, or --all")
     end
+    _M.check_ids(args.ids)
     for _, id in ipairs(args.ids) do
         local entry = named(args, client, key, id)
         problems = problems + ((entry and fn(entry)) and 0 or 1)

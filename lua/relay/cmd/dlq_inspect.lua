@@ -100,6 +100,7 @@ end
 
 
 function _M.execute(args)
+    dlq_cmd.check_ids({ args.id })
     local client, key = dlq_cmd.open(args)
     local entry, err = dlq.get(client, key, args.id)
     client:close()
