@@ -18,6 +18,7 @@ _M.COMMANDS = {
     { "dlq", "List, inspect, replay and remove dead letters." },
     { "schedule", "List schedules and their next occurrences." },
     { "status", "Show stream, group, consumers, DLQ and paused apps." },
+    { "consumer", "List the group's consumers; remove a dead one." },
     { "version", "Show the versions of relay and its libraries." },
     { "completion", "Print a shell completion script (bash, zsh or fish)." },
 }

@@ -317,7 +317,9 @@ end
 -- over the default) and where it came from.
 local function raw_value(s, env, flags)
     local from_flag = s.flag and flags[flag_field(s.flag)]
-    if from_flag ~= nil then
+    -- a string: argparse also sets a field true for the command named
+    -- (`relay consumer …` sets args.consumer)
+    if type(from_flag) == "string" then
         return from_flag, "--" .. s.flag
     end
     if env[s.var] ~= nil then

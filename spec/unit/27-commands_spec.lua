@@ -19,7 +19,7 @@ describe("commands", function()
                 groups[entry[1]] = true
             end
         end
-        assert.are.same({ app = true, dlq = true, schedule = true }, groups)
+        assert.are.same({ app = true, consumer = true, dlq = true, schedule = true }, groups)
     end)
 
     it("exits 70 (EX_SOFTWARE) on an internal error, not 1 (not found)", function()
