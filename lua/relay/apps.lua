@@ -11,7 +11,8 @@
 --   apps.find(list, name)       -> app or nil
 --
 -- An app is
---   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid),
+--   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid; the
+--     first, with " (and N more)" when the template has more: errors lists them all),
 --     source = <template text>,
 --     runtime = { driver (nil = RELAY_RUNTIME), image ("host"), command (nil or argv list),
 --                 memory (bytes, 256Mi), pids (64), cpus (nil = no quota), network ("none"),
@@ -79,6 +80,22 @@ local TEMPLATE_ERROR = {} -- tag of the errors raised inside validation
 
 local function fail(ctx, node, fmt, ...)
     error({ [TEMPLATE_ERROR] = yaml.where(ctx.file, node) .. ": " .. string.format(fmt, ...) }, 0)
+end
+
+
+--- fn(ctx, ...), or nil after noting its template error in ctx.errors, so
+-- that one run reports every independent mistake of a file (each part of
+-- the root and each entry; within one part the first error stops it).
+local function collecting(ctx, fn, ...)
+    local ok, res = pcall(fn, ctx, ...)
+    if ok then
+        return res
+    end
+    if type(res) == "table" and res[TEMPLATE_ERROR] then
+        ctx.errors[#ctx.errors + 1] = res[TEMPLATE_ERROR]
+        return nil
+    end
+    error(res, 0)
 end
 
 
@@ -349,9 +366,13 @@ local function validate_runtime(ctx, node)
         return rt
     end
     expect_map(ctx, node, "runtime", "e.g. {command: [python3, /app/main.py]}")
-    check_keys(ctx, node, RUNTIME_KEYS, "runtime")
     for i, key in ipairs(node.keys) do
-        RUNTIME_CHECKS[key.text](ctx, node.values[i], rt)
+        local check = RUNTIME_CHECKS[key.text]
+        if check then
+            collecting(ctx, check, node.values[i], rt)
+        else
+            collecting(ctx, check_keys, { keys = { key } }, RUNTIME_KEYS, "runtime")
+        end
     end
     return rt
 end
@@ -509,18 +530,17 @@ end
 local function validate_entries(ctx, root, key, validate_one)
     local node = field(root, key)
     local out, seen = {}, {}
-    if node == nil then
+    if node == nil or not collecting(ctx, expect_list, node, key) then
         return out
     end
-    expect_list(ctx, node, key)
     for i, entry in ipairs(node.items) do
-        out[i] = validate_one(ctx, entry, i, seen)
+        out[#out + 1] = collecting(ctx, validate_one, entry, i, seen)
     end
     return out
 end
 
 
-local function validate_root(ctx, root, app)
+local function expect_root_map(ctx, root)
     if root.kind ~= "map" then
         if yaml.is_null(root) then
             fail(ctx, root, "the template is empty; expected a map with %s", table.concat(TOP_KEYS, ", "))
@@ -528,10 +548,23 @@ local function validate_root(ctx, root, app)
         fail(ctx, root, "a template must be a map with %s, not %s", table.concat(TOP_KEYS, ", "),
             yaml.describe(root))
     end
-    check_keys(ctx, root, TOP_KEYS, "template")
-    app.runtime = validate_runtime(ctx, (field(root, "runtime")))
+    return root
+end
+
+
+local function validate_concurrency(ctx, node)
+    return expect_int(ctx, node, "concurrency", 1, _M.MAX_CONCURRENCY)
+end
+
+
+local function validate_root(ctx, root, app)
+    if not collecting(ctx, expect_root_map, root) then
+        return
+    end
+    collecting(ctx, check_keys, root, TOP_KEYS, "template")
+    app.runtime = collecting(ctx, validate_runtime, (field(root, "runtime")))
     local conc = field(root, "concurrency")
-    app.concurrency = conc and expect_int(ctx, conc, "concurrency", 1, _M.MAX_CONCURRENCY) or nil
+    app.concurrency = conc and collecting(ctx, validate_concurrency, conc) or nil
     app.events = validate_entries(ctx, root, "events", validate_event)
     app.schedules = validate_entries(ctx, root, "schedules", validate_schedule)
 end
@@ -559,12 +592,13 @@ function _M.validate(text, path, name, app_dir)
     if not root then
         return invalid(app, err)
     end
-    local ok, res = pcall(validate_root, { file = path }, root, app)
-    if not ok then
-        if type(res) == "table" and res[TEMPLATE_ERROR] then
-            return invalid(app, res[TEMPLATE_ERROR])
-        end
-        error(res, 0)
+    local ctx = { file = path, errors = {} }
+    validate_root(ctx, root, app)
+    if #ctx.errors > 0 then
+        local more = #ctx.errors - 1
+        invalid(app, ctx.errors[1] .. (more > 0 and string.format(" (and %d more)", more) or ""))
+        app.errors = ctx.errors
+        return app
     end
     app.state = "ok"
     return app

@@ -317,6 +317,26 @@ describe("relay app validate", function()
         assert.are.same({ 1, "", "relay: spec/fixtures/apps/nonexistent: no such directory\n" }, { code, out, err })
     end)
 
+    it("prints every error of a template, one line each, and all of them in --json", function()
+        local fs = require("relay.fs")
+        local dir = require("helpers.tmp").mkdtemp("relay-validate-")
+        assert(fs.mkdir(dir .. "/two"))
+        local template = dir .. "/two/template.yaml"
+        assert(fs.write_file(template, "runtime:\n  command: [run]\n  pids: 0\nconcurrency: x\n"))
+        local code, out, err = relay({ "app", "validate", dir .. "/two" })
+        assert.are.same({ 1, "" }, { code, out })
+        assert.are.equal("relay: " .. template .. ":3:9: runtime.pids must be from 1 to 4194304, not 0\n"
+            .. "relay: " .. template .. ":4:14: concurrency must be a whole number from 1 to 65535, "
+            .. 'not the string "x"\n',
+            err)
+        code, out = relay({ "app", "validate", "--json", dir .. "/two" })
+        local obj = require("cjson").decode(out)
+        assert.are.equal(1, code)
+        assert.are.equal(2, #obj.errors)
+        assert.are.equal(obj.errors[1] .. " (and 1 more)", obj.error)
+        fs.rm_rf(dir)
+    end)
+
     it("prints one JSON object per app with --json", function()
         local code, out = relay({ "app", "validate", "--json", "--apps", VALID })
         assert.are.equal(0, code)

@@ -2,7 +2,7 @@
 -- Each DIR is an app directory holding template.yaml, a template file, or an apps directory
 -- (every app inside it is validated).
 -- Prints `ok <app>` per valid app on stdout and `relay: FILE:LINE:COL: message` per
--- invalid one on stderr; exit 1 if any is invalid, 0 otherwise.
+-- error of an invalid one on stderr (every error of the file); exit 1 if any is invalid, 0 otherwise.
 local apps = require("relay.apps")
 local config = require("relay.config")
 local exit = require("relay.exit")
@@ -73,13 +73,17 @@ end
 
 
 local function print_result(app, json)
+    local errors = app.errors or { app.error }
     if json then
-        local cjson = require("cjson")
-        io.stdout:write(cjson.encode({ app = app.name, state = app.state, error = app.error }), "\n")
+        local jsonfmt = require("relay.jsonfmt")
+        io.stdout:write(jsonfmt.encode({ app = app.name, state = app.state, error = app.error,
+            errors = app.state ~= "ok" and errors or nil }, { "errors" }), "\n")
     elseif app.state == "ok" then
         io.stdout:write("ok ", app.name, "\n")
     else
-        io.stderr:write("relay: ", app.error, "\n")
+        for _, err in ipairs(errors) do
+            io.stderr:write("relay: ", err, "\n")
+        end
     end
 end
 
