@@ -173,6 +173,10 @@ describe("relay match --pattern", function()
         assert.are.equal("", out)
         assert.are.equal(2, code)
         assert.matches("missing.yaml: cannot read: ", err)
+        code, out, err = relay({ "match", "--pattern", PATTERNS .. "/wrapped.yaml", "--event", '{"type":"order"}' })
+        assert.are.same({ 2, "" }, { code, out })
+        assert.matches("^relay: " .. PATTERNS:gsub("%p", "%%%0") .. "/wrapped.yaml:2:1: this file holds a "
+            .. "`pattern:` key; a %-%-pattern file holds the pattern itself", err)
     end)
 
     it("refuses --pattern together with --apps", function()
