@@ -16,6 +16,17 @@ describe("the worker #compressed", function()
         end
     end)
 
+    it("warns once at start when the apps directory holds no app", function()
+        local empty = daemon.tmpdir("empty-apps")
+        w = world.new({ apps = empty })
+        local d = w:daemon("e1")
+        w:ready(d)
+        d:wait_until(function() return d:count("no apps: every event is acknowledged unmatched") == 1 end, 10,
+            "the no-apps warning")
+        assert.matches("WARN", d:grep("no apps: every event")[1])
+        assert.is_truthy(d:grep("no apps: every event")[1]:find(empty, 1, true))
+    end)
+
     it("trims acknowledged entries past RELAY_RETENTION, never pending or undelivered ones", function()
         w = world.new()
         -- pending: a matched entry of a paused app; acked: unmatched entries
