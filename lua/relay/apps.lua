@@ -21,6 +21,7 @@
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
 --     schedules = { {name, handler, cron, every_ms, payload, payload_json, timeout_ms,
 --                    retries, line, col} ... },
+--     program_at = "FILE:LINE:COL" of runtime.command[1] (when given),
 --     reload_error (set by merge when a newer template was invalid and this is the last
 --                   good version) }
 -- Failure shapes: a directory that is not a valid app (bad name, no template.yaml) is an
@@ -316,6 +317,7 @@ local RUNTIME_CHECKS = {
     end,
     command = function(ctx, node, rt)
         rt.command = validate_command(ctx, node)
+        ctx.program_node = node.items[1]
     end,
     memory = function(ctx, node, rt)
         if node.kind ~= "scalar" then
@@ -601,6 +603,7 @@ function _M.validate(text, path, name, app_dir)
         return app
     end
     app.state = "ok"
+    app.program_at = ctx.program_node and yaml.where(path, ctx.program_node)
     return app
 end
 

@@ -341,6 +341,27 @@ describe("relay app validate", function()
         fs.rm_rf(dir)
     end)
 
+    it("reports a program missing from the image, or not executable, at runtime.command", function()
+        local fs = require("relay.fs")
+        local dir = require("helpers.tmp").mkdtemp("relay-validate-")
+        assert(fs.mkdir(dir .. "/prog"))
+        local template = dir .. "/prog/template.yaml"
+        assert(fs.write_file(template, "runtime:\n  command: [/app/run.sh]\n"))
+        assert(fs.write_file(dir .. "/prog/run.sh", "#!/bin/sh\n"))
+        local code, out, err = relay({ "app", "validate", dir .. "/prog" })
+        assert.are.same({ 1, "", "relay: " .. template .. ":2:13: runtime.command[1]: /app/run.sh is not "
+            .. "executable (chmod +x)\n" }, { code, out, err })
+        assert(fs.chmod(dir .. "/prog/run.sh", 493))
+        code, out = relay({ "app", "validate", dir .. "/prog" })
+        assert.are.same({ 0, "ok prog\n" }, { code, out })
+        assert(fs.write_file(template, "runtime:\n  command: [no-such-program-here, x]\n"))
+        code, out, err = relay({ "app", "validate", dir .. "/prog" })
+        assert.are.same({ 1, "" }, { code, out })
+        assert.matches(":2:13: runtime.command%[1%]: no%-such%-program%-here is not found in the container's PATH",
+            err)
+        fs.rm_rf(dir)
+    end)
+
     it("prints one JSON object per app with --json", function()
         local code, out = relay({ "app", "validate", "--json", "--apps", VALID })
         assert.are.equal(0, code)

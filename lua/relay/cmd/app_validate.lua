@@ -4,6 +4,7 @@
 -- Prints `ok <app>` per valid app on stdout and `relay: FILE:LINE:COL: message` per
 -- error of an invalid one on stderr (every error of the file); exit 1 if any is invalid, 0 otherwise.
 local apps = require("relay.apps")
+local command_path = require("relay.runtime.command_path")
 local config = require("relay.config")
 local exit = require("relay.exit")
 
@@ -88,6 +89,20 @@ local function print_result(app, json)
 end
 
 
+--- An app whose program is missing from its image, or not executable,
+-- becomes invalid here: the daemon would only see exit status 127.
+local function check_program(app, images_dir)
+    if app.state ~= "ok" or not app.program_at then
+        return
+    end
+    local ok, why = command_path.check(app, images_dir)
+    if not ok then
+        app.state = "invalid"
+        app.error = app.program_at .. ": runtime.command[1]: " .. why
+    end
+end
+
+
 function _M.execute(args)
     local list = {}
     if args.dirs and #args.dirs > 0 then
@@ -98,7 +113,9 @@ function _M.execute(args)
         list = exit.or_env(apps.load_all(config.load_or_exit(args).apps))
     end
     local invalid = 0
+    local images_dir = config.load_or_exit(args).images
     for _, app in ipairs(list) do
+        check_program(app, images_dir)
         print_result(app, args.json)
         if app.state ~= "ok" then
             invalid = invalid + 1
