@@ -5,12 +5,16 @@
 -- registry plus the user hooks):
 --
 --   report.event(outcome, msg)                        on_event
---   report.attempt(inv, outcome, result, msg, attempt) on_attempt
+--   report.attempt(inv, outcome, result, msg, attempt, retry_in_ms) on_attempt
 --   report.dlq(inv, msg, reason, attempts, dlq_id)     on_dlq
 --   report.inc(name, labels, by)
 --
--- The trailing arguments only feed the hooks; a call site without them
--- still counts correctly. Hook arguments are fresh tables each call.
+-- Attempts and dead letters are logged here too (relay.attempt_log), so
+-- the log, the counters and the hooks tell one story.
+-- The trailing arguments only feed the hooks and the log; a call site
+-- without them still counts correctly. Hook arguments are fresh tables
+-- each call.
+local attempt_log = require("relay.attempt_log")
 local exit = require("relay.exit")
 local hooks_mod = require("relay.hooks")
 local log = require("relay.log")
@@ -57,8 +61,9 @@ function _M.reporter(obs)
             h({ id = msg.id, outcome = outcome, matches = list_copy(msg.labels) })
         end
     end
-    function m.attempt(inv, outcome, result, msg, attempt)
+    function m.attempt(inv, outcome, result, msg, attempt, retry_in_ms)
         result = result or {}
+        attempt_log.attempt(inv, outcome, result, msg, attempt, retry_in_ms)
         reg:inc("relay_attempts_total", { app = inv.app, handler = inv.handler, outcome = outcome })
         if result.duration_ms then
             reg:observe("relay_attempt_duration_seconds", result.duration_ms / 1000,
@@ -75,6 +80,7 @@ function _M.reporter(obs)
     end
     function m.dlq(inv, msg, reason, attempts, dlq_id)
         reg:inc("relay_dlq_entries_total", { app = inv.app, handler = inv.handler })
+        attempt_log.dead_letter(inv, msg, reason, attempts, dlq_id)
         local h = obs.hooks and obs.hooks.on_dlq
         if h then
             h({
