@@ -15,11 +15,13 @@
 -- without them still counts correctly. Hook arguments are fresh tables
 -- each call.
 local attempt_log = require("relay.attempt_log")
+local build = require("relay.core.build")
 local exit = require("relay.exit")
 local hooks_mod = require("relay.hooks")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local metrics = require("relay.metrics")
+local process_stats = require("relay.process_stats")
 local redis = require("relay.redis")
 
 local _M = {}
@@ -40,9 +42,27 @@ local function list_copy(list)
 end
 
 
+local function set_known(reg, name, value)
+    if value then
+        reg:set(name, value)
+    end
+end
+
+
+local function set_build_info(reg)
+    reg:set("relay_build_info", 1, {
+        version = build.version,
+        luajit = (build.luajit:gsub("^LuaJIT ", "")),
+        hiredis = build.hiredis,
+    })
+end
+
+
 --- The reporting funnel over obs.metrics_registry and obs.hooks.
 function _M.reporter(obs)
     local reg = obs.metrics_registry
+    set_build_info(reg)
+    set_known(reg, "process_start_time_seconds", process_stats.start_time_seconds())
     for _, outcome in ipairs(_M.EVENT_OUTCOMES) do
         reg:inc("relay_events_total", { outcome = outcome }, 0)  -- every outcome visible from the start
     end
@@ -108,10 +128,18 @@ end
 
 --- The gauges are read from their sources when /metrics is asked for, so
 -- they are never stale and nothing else has to keep them up to date.
+local function refresh_process(reg)
+    set_known(reg, "process_cpu_seconds_total", process_stats.cpu_seconds())
+    set_known(reg, "process_resident_memory_bytes", process_stats.resident_bytes())
+    set_known(reg, "process_open_fds", process_stats.open_fds())
+end
+
+
 local function refresh_gauges(obs)
     local reg = obs.metrics_registry
     reg:set("relay_running_invocations", obs.slots and obs.slots.running or 0)
     reg:set("relay_log_dropped_total", (log.dropped()))
+    refresh_process(reg)
     if obs.client and obs.reader then
         reg:set("relay_redis_reconnects_total", obs.client:info().reconnects + obs.reader:info().reconnects)
     end
