@@ -126,8 +126,6 @@ function _M.health(obs)
 end
 
 
---- The gauges are read from their sources when /metrics is asked for, so
--- they are never stale and nothing else has to keep them up to date.
 local function refresh_process(reg)
     set_known(reg, "process_cpu_seconds_total", process_stats.cpu_seconds())
     set_known(reg, "process_resident_memory_bytes", process_stats.resident_bytes())
@@ -135,6 +133,8 @@ local function refresh_process(reg)
 end
 
 
+--- The gauges are read from their sources when /metrics is asked for, so
+-- they are never stale and nothing else has to keep them up to date.
 local function refresh_gauges(obs)
     local reg = obs.metrics_registry
     reg:set("relay_running_invocations", obs.slots and obs.slots.running or 0)
