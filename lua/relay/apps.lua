@@ -492,7 +492,9 @@ local function validate_timezone(ctx, entry, what, sched)
     end
     local zone, err = tzif.load(name)
     if not zone then
-        fail(ctx, node, "%s.timezone: %s; use an IANA name such as Europe/Berlin or America/New_York", what, err)
+        local guess = tzif.similar(name)
+        fail(ctx, node, "%s.timezone: %s; %s", what, err, guess and ("did you mean " .. guess .. "?")
+            or "use an IANA name such as Europe/Berlin or America/New_York")
     end
     sched.timezone, sched.zone = name, zone
 end

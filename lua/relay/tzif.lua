@@ -7,6 +7,7 @@
 -- The process's own TZ and the C library's zone cache are never involved.
 local cron = require("relay.cron")
 local fs = require("relay.fs")
+local textutil = require("relay.text")
 
 local _M = {}
 
@@ -271,6 +272,28 @@ function _M.load(name)
         return nil, string.format("time zone %q: %s: %s", name, path, err)
     end
     return zone
+end
+
+
+--- A zone name next to a misspelt one (same directory, at most two
+-- edits away), or nil.
+function _M.similar(name)
+    if type(name) ~= "string" then
+        return nil
+    end
+    local dir, base = name:match("^(.*)/([^/]*)$")
+    local entries = valid_name(dir or "UTC") and fs.list(_M.ZONEINFO .. (dir and "/" .. dir or ""))
+    local best, best_d
+    for _, entry in ipairs(entries or {}) do
+        local d = textutil.edit_distance((base or name):lower(), entry.name:lower())
+        if not entry.dir and entry.name:match(NAME) and (not best_d or d < best_d) then
+            best, best_d = entry.name, d
+        end
+    end
+    if best_d and best_d <= 2 then
+        return dir and dir .. "/" .. best or best
+    end
+    return nil
 end
 
 

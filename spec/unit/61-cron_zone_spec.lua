@@ -193,7 +193,11 @@ describe("timezone in template.yaml", function()
         assert.are.equal("invalid", app.state)
         assert.matches('^apps/users/template%.yaml:8:15: schedules%[1%]%.timezone: unknown time zone '
             .. '"Europe/Berln"', app.error)
-        assert.matches("IANA name such as Europe/Berlin", app.error)
+        assert.matches("did you mean Europe/Berlin%?$", app.error)
+        app = apps.validate(HEAD .. "    cron: '0 3 * * *'\n    timezone: Mars/Olympus_Mons\n", PATH, "users",
+            "apps/users")
+        assert.matches(':8:15: schedules%[1%]%.timezone: unknown time zone "Mars/Olympus_Mons".*'
+            .. "use an IANA name such as Europe/Berlin", app.error)
     end)
 
     it("refuses a timezone on an interval schedule", function()
@@ -221,6 +225,7 @@ describe("relay schedule ls", function()
         assert.are.equal(utc:sub(12, 13), string.format("%02d", 3 - tonumber(wall:sub(-5, -4))))
         assert.matches("clock/plain\th\tcron @daily\t%d%d%d%d%-%d%d%-%d%dT00:00:00Z\t[-%dT:]+Z UTC\n", r.stdout)
         assert.are.equal(0, json.code, json.stderr)
+        assert.truthy(json.stdout:find('"timezone":"Europe/Berlin"', 1, true), json.stdout)
         local first = require("cjson").decode(json.stdout:match("^[^\n]+"))
         assert.are.same({ "Europe/Berlin", utc, wall }, { first.timezone, first.next, first.next_local })
     end)

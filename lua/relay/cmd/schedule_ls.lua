@@ -43,8 +43,9 @@ local function print_schedule(app, sched, now, json)
     local next_text = next_ms and rfc3339.seconds(next_ms) or "never"
     local zone = sched.timezone or "UTC"
     if json then
-        print(require("cjson").encode({ app = app.name, schedule = sched.name, handler = sched.handler,
-            spec = spec_text(sched), next = next_text, timezone = zone, next_local = local_text(sched, next_ms) }))
+        print((require("cjson").encode({ app = app.name, schedule = sched.name, handler = sched.handler,
+            spec = spec_text(sched), next = next_text, timezone = zone, next_local = local_text(sched, next_ms) })
+            :gsub("\\/", "/")))  -- zone names keep their slash
     else
         print(table.concat({ app.name .. "/" .. sched.name, sched.handler, spec_text(sched), next_text,
             local_text(sched, next_ms) .. " " .. zone }, "\t"))
