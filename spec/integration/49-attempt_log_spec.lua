@@ -4,15 +4,18 @@
 -- one that exhausts its attempts into the DLQ and one that times out.
 -- Every finished attempt is one record with its fields, a scheduled retry
 -- says when, and every dead letter is one WARN with the DLQ entry's id.
--- The retries wait for the backoff: compressed constants only.
+-- The retries wait for the backoff: compressed constants only. A container
+-- the host cannot start is logged with the runtime's own reason.
 local build = require("relay.core.build")
 local cjson = require("cjson.safe")
+local daemon_helper = require("helpers.daemon")
 local fs = require("relay.fs")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
 local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
 local maybe = (usable and build.test_constants) and describe or pending
+local maybe_any_build = usable and describe or pending
 
 local RFC3339_MS = "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$"
 local TEXT_RECORD = "^(%d%d%d%d%-%d%d%-%d%dT%S+Z) (%u+)%s+(.*)$"
@@ -225,3 +228,34 @@ end
 
 maybe("attempt outcomes in the text log #compressed", scenario("text"))
 maybe("attempt outcomes in the JSON log #compressed", scenario("json"))
+
+
+maybe_any_build("a container the host cannot start", function()
+    it("is logged with the runtime's own reason, uncharged", function()
+        -- a CPU quota below the kernel's minimum (1 ms per 100 ms period):
+        -- the template is valid, runc's write of the quota fails
+        local apps = daemon_helper.tmpdir("apps")
+        assert(fs.mkdir(apps .. "/hf", 493))
+        assert(fs.write_file(apps .. "/hf/template.yaml", "runtime:\n  image: host\n  command: [/bin/true]\n"
+            .. "  cpus: 0.001\nevents:\n  - handler: h\n    pattern: {t: [hf]}\n"))
+        local w = world.new({ apps = apps })
+        local ok, err = pcall(function()
+            local d = w:daemon("hostfail")
+            w:ready(d)
+            local id = w:publish('{"t":"hf"}')
+            local line = d:wait_until(function()
+                return d:grep("host could not start the container; the attempt is not charged")[1]
+            end, 30, "the host failure")
+            local r = assert(parse_text(line, { "host could not start the container; the attempt is not charged" }))
+            assert.are.equal("warn", r.level)
+            assert.are.same({ "hf", "h", id }, { r.fields.app, r.fields.handler, r.fields.message_id })
+            assert.matches("runc", r.fields.reason)
+            assert.matches("invalid argument", r.fields.reason)
+            assert.are.equal(0, #outcome_records(d, "text", id))  -- not an attempt
+            d:stop("TERM")
+        end)
+        w:close()
+        fs.rm_rf(apps)
+        assert(ok, err)
+    end)
+end)
