@@ -19,7 +19,8 @@
 --                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool) },
 --     concurrency (nil = MAX_CONCURRENCY),
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
---     schedules = { {name, handler, cron, every_ms, payload, payload_json, timeout_ms,
+--     schedules = { {name, handler, cron, every_ms, timezone (IANA name or nil),
+--                    zone (relay.tzif, with timezone), payload, payload_json, timeout_ms,
 --                    retries, line, col} ... },
 --     program_at = "FILE:LINE:COL" of runtime.command[1] (when given),
 --     reload_error (set by merge when a newer template was invalid and this is the last
@@ -34,6 +35,7 @@ local cron = require("relay.cron")
 local fs = require("relay.fs")
 local safefs = require("relay.core.safefs")
 local textutil = require("relay.text")
+local tzif = require("relay.tzif")
 local constants = require("relay.constants")
 
 local _M = {}
@@ -74,7 +76,7 @@ local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
 local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init",
     "nofile", "seccomp" }
 local EVENT_KEYS = { "handler", "pattern", "timeout", "retries" }
-local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "payload", "timeout", "retries" }
+local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "timezone", "payload", "timeout", "retries" }
 
 local TEMPLATE_ERROR = {} -- tag of the errors raised inside validation
 
@@ -500,6 +502,27 @@ local function validate_trigger(ctx, entry, what, sched)
 end
 
 
+--- `timezone:` (cron only: an interval is aligned to the epoch, not to a
+-- wall clock). The zone is loaded once, here.
+local function validate_timezone(ctx, entry, what, sched)
+    local node, key = field(entry, "timezone")
+    if not node then
+        return
+    end
+    local name = expect_string(ctx, node, what .. ".timezone")
+    if not sched.cron then
+        fail(ctx, key, "%s.timezone applies to cron schedules only (every is counted from the Unix epoch)", what)
+    end
+    local zone, err = tzif.load(name)
+    if not zone then
+        local guess = tzif.similar(name)
+        fail(ctx, node, "%s.timezone: %s; %s", what, err, guess and ("did you mean " .. guess .. "?")
+            or "use an IANA name such as Europe/Berlin or America/New_York")
+    end
+    sched.timezone, sched.zone = name, zone
+end
+
+
 local function validate_schedule(ctx, entry, index, seen)
     local what = string.format("schedules[%d]", index)
     expect_map(ctx, entry, what, "with name, handler and cron or every")
@@ -516,6 +539,7 @@ local function validate_schedule(ctx, entry, index, seen)
     local sched = { name = name, handler = handler, line = entry.line, col = entry.col,
         payload = yaml.null, payload_json = "null" }
     validate_trigger(ctx, entry, what, sched)
+    validate_timezone(ctx, entry, what, sched)
     local payload = field(entry, "payload")
     if payload then
         local json, err, bad = yaml.to_json(payload)

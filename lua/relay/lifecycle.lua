@@ -260,10 +260,16 @@ function Lifecycle:release_unanswered()
 end
 
 
+--- Dead-letters a recorded invocation whose handler is gone.
+-- @return "exhausted", dlq_id | "terminal" | "running" | nil, err
 function Lifecycle:exhaust(msg, label, reason)
     local app, handler = label:match("^(.-)/(.*)$")
     local args = append({ label, reason, self.instance_prefix }, self:dlq_context(msg, app, handler))
-    return self:eval(scripts.exhaust, { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
+    local value, err = self:eval(scripts.exhaust, { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
+    if type(value) == "table" then
+        return value[1], value[2]
+    end
+    return value, err
 end
 
 

@@ -257,8 +257,7 @@ function Worker:dead_letter_malformed(msg)
             { message_id = msg.id, error = err })
         return
     end
-    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)
-    log.warn("malformed message dead-lettered", { message_id = msg.id, reason = msg.reason, dlq_id = id })
+    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)  -- logs the dead letter too
 end
 
 

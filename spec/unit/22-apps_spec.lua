@@ -155,7 +155,7 @@ schedules:
             .. "(allowed: handler, pattern, timeout, retries)")
         invalid(with("schedules:\n  - name: n\n    handler: h\n    every: 1s\n    paylod: 1\n"),
             PATH .. ':7:5: unknown key "paylod" in schedules[1]; did you mean payload? '
-            .. "(allowed: name, handler, cron, every, payload, timeout, retries)")
+            .. "(allowed: name, handler, cron, every, timezone, payload, timeout, retries)")
         invalid(with("zzz: 1\n"), PATH .. ':3:1: unknown key "zzz" in template '
             .. "(allowed: runtime, concurrency, events, schedules)")
     end)
