@@ -77,6 +77,12 @@ describe("relay CLI", function()
         assert.matches("libyaml 0%.2", r.stdout)
     end)
 
+    it("prints the new id as JSON with publish --json", function()
+        local r = cli.run({ "publish", "--json", '{"a":1}' }, env)
+        assert.are.equal(0, r.code, r.stderr)
+        assert.matches('^{"id":"%d+%-%d+"}\n$', r.stdout)
+    end)
+
     it("publishes the given text byte for byte as the event field", function()
         local text = '{"a":1,  "b" : "caf\\u00e9"}'
         local r = cli.run({ "publish", text }, env)

@@ -200,6 +200,23 @@ describe("relay match --events (bulk)", function()
         assert.are.same({ 0, "matched 3 of 5\n" }, { code, out })
     end)
 
+    it("prints JSON with --json: per match, per event, and for --count", function()
+        local code, out = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl", "--json" })
+        assert.are.equal(0, code)
+        assert.are.equal('{"line":1,"invocation":"alpha/users.created"}\n{"line":1,"invocation":"alpha/any.insert"}\n'
+            .. '{"line":1,"invocation":"beta/users.all"}\n{"line":2,"invocation":"beta/users.all"}\n'
+            .. '{"line":3,"invocation":"alpha/any.insert"}\n', out)
+        code, out = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl", "--count", "--json" })
+        assert.are.same({ 0, '{"matched":3,"total":5}\n' }, { code, out })
+        code, out = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--events", EVENTS .. "/images.jsonl",
+            "--json" })
+        assert.are.same({ 0, '{"line":1}\n{"line":4}\n' }, { code, out })
+        code, out = relay({ "match", "--apps", VALID, "--event", '{"nothing":1}', "--json" })
+        assert.are.same({ 1, '{"match":false,"invocations":[]}\n' }, { code, out })
+        code, out = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--event", "{}", "--json" })
+        assert.are.same({ 1, '{"match":false}\n' }, { code, out })
+    end)
+
     it("reads stdin with -, and prints line numbers with --pattern", function()
         local f = assert(io.open(EVENTS .. "/images.jsonl", "rb"))
         local text = f:read("*a")

@@ -146,11 +146,16 @@ describe("relay dlq #compressed", function()
         assert.are.equal("1\n", r.stdout)
         assert.matches("no DLQ entry 1%-1", r.stderr)
         -- replay --all for the app replays the remaining fixable entry
-        r = cli.run({ "dlq", "replay", "--all", "--app", "dq" }, env)
+        local last_fixable = cjson.decode(lines(cli.run({ "dlq", "ls", "--json", "--app", "dq",
+            "--handler", "fixable" }, env).stdout)[1]).id
+        r = cli.run({ "dlq", "replay", "--all", "--app", "dq", "--json" }, env)
         assert.are.equal(0, r.code, r.stderr)
         assert.are.equal(1, #lines(r.stdout))
-        r = cli.run({ "dlq", "rm", "--all" }, env)
-        assert.are.equal("1\n", r.stdout)
+        local replayed = cjson.decode(lines(r.stdout)[1])
+        assert.are.equal(last_fixable, replayed.dlq_id)
+        assert.matches("^%d+%-%d+$", replayed.id)
+        r = cli.run({ "dlq", "rm", "--all", "--json" }, env)
+        assert.are.equal('{"removed":1}\n', r.stdout)
         assert.are.equal(0, dlq_len())
     end)
 

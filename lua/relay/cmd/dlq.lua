@@ -27,6 +27,7 @@ end
 function _M.selection_args(cmd)
     cmd:argument("ids", "DLQ entry ids."):args("*")
     cmd:flag("--all", "Every entry (after --app/--handler).")
+    cmd:flag("--json", "JSON output.")
     _M.filter_flags(cmd)
 end
 
