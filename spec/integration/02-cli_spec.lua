@@ -77,6 +77,16 @@ describe("relay CLI", function()
         assert.matches("libyaml 0%.2", r.stdout)
     end)
 
+    it("heads text listings with their column names, unless --no-header", function()
+        local with_env = { REDIS_URL = server.url, REDIS_STREAM = "events", RELAY_RUNTIME = "runc" }
+        local r = cli.run({ "app", "ls", "--apps", "examples/apps" }, with_env)
+        assert.are.equal(0, r.code, r.stderr)
+        assert.matches("^NAME\tSTATE\tDRIVER\tHANDLERS\tSCHEDULES\tCONCURRENCY\tNOTE\ngreeter\t", r.stdout)
+        r = cli.run({ "app", "ls", "--apps", "examples/apps", "--no-header" }, with_env)
+        assert.matches("^greeter\t", r.stdout)
+        assert.matches("^{", cli.run({ "app", "ls", "--apps", "examples/apps", "--json" }, with_env).stdout)
+    end)
+
     it("prints the new id as JSON with publish --json", function()
         local r = cli.run({ "publish", "--json", '{"a":1}' }, env)
         assert.are.equal(0, r.code, r.stderr)

@@ -65,7 +65,16 @@ describe("relay dlq #compressed", function()
         local r = cli.run({ "dlq", "ls" }, env)
         assert.are.equal(0, r.code, r.stderr)
         local rows = lines(r.stdout)
+        assert.are.equal("ID\tAPP/HANDLER\tATTEMPTS\tTIMESTAMP\tREASON", table.remove(rows, 1))
         assert.are.equal(4, #rows)
+        -- pages: --limit, then --after the last id shown, as stderr says
+        local page1 = cli.run({ "dlq", "ls", "--no-header", "--limit", "3" }, env)
+        assert.are.equal(3, #lines(page1.stdout))
+        local cursor = page1.stderr:match("the next page: %-%-after (%S+)\n$")
+        assert.are.equal(lines(page1.stdout)[3]:match("^%S+"), cursor)
+        local page2 = cli.run({ "dlq", "ls", "--no-header", "--limit", "3", "--after", cursor }, env)
+        assert.are.same({ rows[4], "" }, { page2.stdout:match("^[^\n]+"), page2.stderr })
+        assert.are.equal(1, #lines(page2.stdout))
         local by_label, previous = {}, ""
         for _, row in ipairs(rows) do
             local f = {}
@@ -83,12 +92,16 @@ describe("relay dlq #compressed", function()
         assert.are.equal("0", by_label["-/-"][1][3])
         assert.matches("invalid JSON", by_label["-/-"][1][5])
 
-        r = cli.run({ "dlq", "ls", "--app", "dq", "--handler", "fixable" }, env)
+        r = cli.run({ "dlq", "ls", "--app", "dq", "--handler", "fixable", "--no-header" }, env)
         assert.are.equal(2, #lines(r.stdout))
         r = cli.run({ "dlq", "ls", "--limit", "1", "--json", "--handler", "fixable" }, env)
         local only = lines(r.stdout)
         assert.are.equal(1, #only)
         local rec = cjson.decode(only[1])
+        -- real numbers, the event as an object, id first
+        assert.are.equal("number", type(rec.handler_attempts))
+        assert.are.equal("table", type(rec.event))
+        assert.matches('^{"id":"[%d-]+","original_stream":"events","original_id":', only[1])
         -- the two fixable events ran concurrently: either may have died first
         assert.is_true(rec.original_id == ids[1] or rec.original_id == ids[2])
         local n = rec.original_id == ids[1] and 1 or 2
@@ -283,6 +296,8 @@ describe("schedules #compressed", function()
     it("lists schedules with their next occurrence", function()
         local r = cli.run({ "schedule", "ls", "--apps", apps })
         assert.are.equal(0, r.code, r.stderr)
+        assert.matches("^SCHEDULE\tHANDLER\tSPEC\tNEXT %(UTC%)\tNEXT %(LOCAL%)\n", r.stdout)
+        assert.matches("^clock/", cli.run({ "schedule", "ls", "--apps", apps, "--no-header" }).stdout)
         assert.matches("clock/tick\ttick\tevery 1s\t%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ\t[^\t\n]+Z UTC\n", r.stdout)
         assert.matches("clock/nightly\treport\tcron 0 3 %* %* %*\t%d%d%d%d%-%d%d%-%d%dT03:00:00Z\t"
             .. "%d%d%d%d%-%d%d%-%d%dT03:00:00Z UTC\n", r.stdout)

@@ -3,6 +3,7 @@ local config = require("relay.config")
 local consumers = require("relay.consumers")
 local exit = require("relay.exit")
 local keys = require("relay.keys")
+local listing = require("relay.listing")
 local log = require("relay.log")
 local redis = require("relay.redis")
 local text = require("relay.text")
@@ -12,7 +13,7 @@ local _M = {}
 
 function _M.configure(cmd)
     cmd:flag("--json", "One JSON object per consumer.")
-    cmd:flag("--no-header", "Text without the header line.")
+    listing.add_flags(cmd)
     config.add_flags(cmd, { "redis_url", "stream", "group" })
 end
 
@@ -29,9 +30,7 @@ function _M.execute(args)
             exit.env("cannot list the consumers: " .. tostring(err))
         end
     end
-    if not args.json and not args.no_header then
-        print("NAME\tIDLE\tPENDING\tALIVE")
-    end
+    listing.header(args, { "NAME", "IDLE", "PENDING", "ALIVE" })
     for _, c in ipairs(list) do
         if args.json then
             print(string.format('{"name":%s,"idle_ms":%d,"pending":%d,"alive":%s}', log.json_quote(c.name),

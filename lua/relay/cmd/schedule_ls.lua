@@ -5,6 +5,7 @@ local apps = require("relay.apps")
 local config = require("relay.config")
 local duration = require("relay.duration")
 local exit = require("relay.exit")
+local listing = require("relay.listing")
 local loop = require("relay.core.loop")
 local rfc3339 = require("relay.rfc3339")
 local scheduler = require("relay.scheduler")
@@ -15,6 +16,7 @@ local _M = {}
 
 function _M.configure(cmd)
     cmd:flag("--json", "One JSON object per schedule.")
+    listing.add_flags(cmd)
     config.add_flags(cmd, { "apps" })
 end
 
@@ -57,6 +59,7 @@ function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local list = exit.or_env(apps.load_all(cfg.apps))
     local now = loop.now_ms()
+    listing.header(args, { "SCHEDULE", "HANDLER", "SPEC", "NEXT (UTC)", "NEXT (LOCAL)" })
     for _, app in ipairs(list) do
         if app.state ~= "ok" then
             io.stderr:write("relay: ", app.error or (app.name .. " is invalid"), "\n")
