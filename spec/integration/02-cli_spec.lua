@@ -61,6 +61,14 @@ describe("relay CLI", function()
         assert.are.same({ 0, cli.run({ "dlq", "ls", "--help" }).stdout }, { r.code, r.stdout })
     end)
 
+    it("shows each setting's default and accepted values in --help", function()
+        local r = cli.run({ "run", "--help" })
+        assert.matches("%-%-runtime <value>%s+overrides RELAY_RUNTIME; one of auto|runc|bwrap|docker|podman; "
+            .. "default auto\n", r.stdout)
+        assert.matches("%-%-stream <value>%s+overrides REDIS_STREAM; default events\n", r.stdout)
+        assert.matches("%-%-consumer <value>%s+overrides RELAY_CONSUMER; default: this host's name\n", r.stdout)
+    end)
+
     it("answers --version like relay version", function()
         local r = cli.run({ "--version" })
         assert.are.same({ 0, cli.run({ "version" }).stdout }, { r.code, r.stdout })
