@@ -23,7 +23,8 @@ os.remove(ROOT)
 local APP_DIR = ROOT .. "/apps/bench"
 local EVENT = '{"event_name":"INSERT","table_name":"users","new":{"id":1}}'
 
-local function median(t)
+local function median(values)
+    local t = { unpack(values) }
     table.sort(t)
     local n = #t
     return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
@@ -156,6 +157,14 @@ for i = 1, RUNS do
         steps[(i + k) % #steps + 1](i)
     end
 end
+-- Each round's bare run and invoke ran within a second of each other: their
+-- ratio is the figure least disturbed by the host's other load.
+local round_ratios = {}
+print("round   bare ms  invoke ms  ratio")
+for i = 1, RUNS do
+    round_ratios[i] = v[i] / b[i]
+    print(string.format("%5d  %8.1f  %9.1f  %5.3f", i, b[i] * 1000, v[i] * 1000, round_ratios[i]))
+end
 local mb, ms, mv, mso, mdl = median(b), median(s), median(v), median(so), median(dl)
 print(string.format("runs per variant:          %d (interleaved, order rotated, each after a %d ms pause)",
     RUNS, COLD_GAP_S * 1000))
@@ -166,6 +175,7 @@ print(string.format("bare runc run, soft:       %6.1f ms median  hardening costs
     mb / mso, (mb - mso) * 1000))
 print(string.format("supervisor (core.proc):    %6.1f ms median  ratio %.3f (target <= 1.15)", ms * 1000, ms / mb))
 print(string.format("relay app invoke:          %6.1f ms median  ratio %.3f (target <= 1.15)", mv * 1000, mv / mb))
+print(string.format("relay app invoke, per round: median ratio %.3f (target <= 1.15)", median(round_ratios)))
 
 -- throughput: the runtime module (bundle write, run, cleanup) at concurrency 2
 local total, done = RUNS * 2, 0
