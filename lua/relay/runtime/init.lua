@@ -245,8 +245,9 @@ function _M.userns_available()
 end
 
 
--- The profiles are compiled into the binary: one table (and one encoding,
--- relay.runtime.json.constant) per process. Never change the table.
+-- The profiles are compiled into the binary: one table per process, whose
+-- JSON (relay.runtime.json.constant) the C module writes in ~20 µs where
+-- the Lua encoder takes ~0.5 ms in a fresh process. Never change the table.
 local seccomp_profiles = {}
 
 --- The OCI seccomp section of an app: Relay's allowlist unless the template
@@ -257,7 +258,9 @@ function _M.seccomp_profile(app)
     end
     local name = _M.SECCOMP_PROFILE
     if not seccomp_profiles[name] then
-        seccomp_profiles[name] = require("relay.runtime.json").constant(require("relay.core.seccomp").profile(name))
+        local seccomp = require("relay.core.seccomp")
+        seccomp_profiles[name] = require("relay.runtime.json").constant(seccomp.profile(name),
+            seccomp.profile_json(name))
     end
     return seccomp_profiles[name]
 end

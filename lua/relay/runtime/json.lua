@@ -16,8 +16,10 @@ end
 
 --- Marks t, an object never changed again, as encoded once: each later
 -- encoding reuses the first one's text (the seccomp profile, ~5 KB, is
--- the same in every config a process writes).
-function _M.constant(t)
+-- the same in every config a process writes). text, when given, is that
+-- encoding made elsewhere (relay.core.seccomp.profile_json).
+function _M.constant(t, text)
+    constant_text[t] = text
     return setmetatable(t, CONSTANT)
 end
 
