@@ -9,13 +9,15 @@
  *     RELAYBC1 <size> <mtime_s> <mtime_ns> <inode> <source path>\n<string.dump of the chunk>
  *
  * The loader, placed before the standard Lua file loader, finds the module's
- * source on package.path as require would, and uses the bytecode only when
- * the header names that very file with its current size, modification time
- * and inode, and the bytecode file is owned by the source's owner or root and
- * writable by nobody else. Anything else (a source edited since the build, a missing
- * or foreign file, a LuaJIT that rejects the dump) falls through to the
- * source: a stale cache is never run. Debug information is kept, so
- * tracebacks name the source file and line as before.
+ * source on package.path as require would (the first template whose file
+ * exists: one stat, where package.searchpath opens and closes each file),
+ * and uses the bytecode only when the header names that very file with its
+ * current size, modification time and inode, and the bytecode file is owned
+ * by the source's owner or root and writable by nobody else. Anything else
+ * (a source edited since the build, a missing or foreign file, a LuaJIT
+ * that rejects the dump) falls through to the source: a stale cache is
+ * never run. Debug information is kept, so tracebacks name the source file
+ * and line as before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,23 +33,14 @@
 #define BYTECODE_MAX_SIZE (16 * 1024 * 1024)
 
 
-/* "<size> <mtime_s> <mtime_ns> <inode>" of a file, or -1 when it cannot be
- * read. The inode catches a file replaced by another (git checkout, editors
- * that rename) within one tick of the coarse file clock. */
-static int
-source_signature(const char *path, char *out, size_t outlen, uid_t *owner)
+/* "<size> <mtime_s> <mtime_ns> <inode>" of a source file. The inode
+ * catches a file replaced by another (git checkout, editors that rename)
+ * within one tick of the coarse file clock. */
+static void
+signature_of(const struct stat *st, char *out, size_t outlen)
 {
-    struct stat st;
-
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        return -1;
-    }
-    if (owner != NULL) {
-        *owner = st.st_uid;
-    }
-    snprintf(out, outlen, "%lld %lld %ld %llu", (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-             (long)st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
-    return 0;
+    snprintf(out, outlen, "%lld %lld %ld %llu", (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+             (long)st->st_mtim.tv_nsec, (unsigned long long)st->st_ino);
 }
 
 
@@ -105,22 +98,40 @@ matching_body(const char *buf, size_t len, const char *signature, const char *so
 }
 
 
-/* package.searchpath(name, package.path), or NULL; leaves one value pushed. */
-static const char *
-search_source(lua_State *L, const char *name)
+/* The first template of package.path whose file exists for name, as
+ * package.searchpath finds it but with one stat per candidate instead of an
+ * fopen (the stat is needed for the signature anyway). 0 with out and st
+ * filled, -1 when there is none. */
+static int
+find_source(lua_State *L, const char *name, char *out, size_t outlen, struct stat *st)
 {
+    const char *templates, *t, *end;
+
     lua_getglobal(L, "package");
-    lua_getfield(L, -1, "searchpath");
-    if (!lua_isfunction(L, -1)) {
-        lua_pop(L, 2);
-        lua_pushnil(L);
-        return NULL;
+    lua_getfield(L, -1, "path");
+    templates = lua_tostring(L, -1);
+    lua_pop(L, 2); /* package.path stays referenced by package */
+    for (t = templates; t != NULL && *t != '\0'; t = *end == ';' ? end + 1 : end) {
+        size_t n = 0;
+        end = strchr(t, ';');
+        if (end == NULL) {
+            end = t + strlen(t);
+        }
+        for (const char *c = t; c < end && n + 1 < outlen; c++) {
+            if (*c != '?') {
+                out[n++] = *c;
+                continue;
+            }
+            for (const char *m = name; *m != '\0' && n + 1 < outlen; m++) {
+                out[n++] = *m == '.' ? '/' : *m;
+            }
+        }
+        out[n] = '\0';
+        if (n > 0 && n + 1 < outlen && stat(out, st) == 0 && S_ISREG(st->st_mode)) {
+            return 0;
+        }
     }
-    lua_pushstring(L, name);
-    lua_getfield(L, -3, "path");
-    lua_call(L, 2, 1);
-    lua_remove(L, -2);
-    return lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+    return -1;
 }
 
 
@@ -131,20 +142,21 @@ bytecode_loader(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
     const char *dir = lua_tostring(L, lua_upvalueindex(1));
-    char signature[96], path[4096], chunkname[4096 + 1];
-    const char *source, *body;
+    char signature[96], source[4096], path[4096], chunkname[4096 + 1];
+    const char *body;
+    struct stat st;
     size_t len = 0, body_len = 0;
     uid_t owner = 0;
     char *buf;
     int rc;
 
-    source = search_source(L, name);
-    if (source == NULL || strchr(name, '/') != NULL
-        || source_signature(source, signature, sizeof signature, &owner) != 0
+    if (strchr(name, '/') != NULL || find_source(L, name, source, sizeof source, &st) != 0
         || (size_t)snprintf(path, sizeof path, "%s/%s.bc", dir, name) >= sizeof path) {
         lua_pushliteral(L, "");
         return 1;
     }
+    owner = st.st_uid;
+    signature_of(&st, signature, sizeof signature);
     buf = read_bytecode_file(path, owner, &len);
     body = buf != NULL ? matching_body(buf, len, signature, source, &body_len) : NULL;
     if (body == NULL) {
@@ -185,11 +197,13 @@ static int
 lua_bytecode_signature(lua_State *L)
 {
     char signature[96];
+    struct stat st;
 
-    if (source_signature(luaL_checkstring(L, 1), signature, sizeof signature, NULL) != 0) {
+    if (stat(luaL_checkstring(L, 1), &st) != 0 || !S_ISREG(st.st_mode)) {
         lua_pushnil(L);
         return 1;
     }
+    signature_of(&st, signature, sizeof signature);
     lua_pushstring(L, signature);
     return 1;
 }
