@@ -435,15 +435,17 @@ end
 -- that waits a full synchronize_rcu() (~8-20 ms here), which a one-shot
 -- `relay app invoke` always paid. A helper that moves itself into the cgroup
 -- it is already in (a no-op) pays that wait in parallel with the bundle
--- write and runc's own start. Returns the helper's proc handle, or nil.
+-- write and runc's own start: a forked child that writes and exits, with no
+-- exec (a shell's start cost ~1 ms of CPU). Returns its proc handle, or nil.
 function D.prewarm(_)
     local procs = own_cgroup_procs()
     if not procs or fs.geteuid() ~= 0 then
         return nil
     end
     return require("relay.core.proc").spawn({
-        argv = { "/bin/sh", "-c", 'echo 0 >"$1"', "sh", procs },
-        env = { PATH = "/usr/sbin:/usr/bin:/sbin:/bin" },
+        argv = { "relay-cgroup-prewarm" },
+        cgroup_procs = { procs },
+        join_only = true,
         timeout = 10,
     })
 end
