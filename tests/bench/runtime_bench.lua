@@ -174,12 +174,13 @@ end
 
 local b, s, v, so, dl, vb = {}, {}, {}, {}, {}, {}
 local bare_m, invoked_m = measured("bare", bare), measured("invoke", invoked)
+local supervised_m, soft_m = measured("supervisor", supervised), measured("soft", soft)
 local baseline_m = measured("baseline", function() return invoked_by(baseline_bin) end)
 local steps = {
     function(i) b[i] = bare_m(i) end,
-    function(i) s[i] = supervised(i) end,
+    function(i) s[i] = supervised_m(i) end,
     function(i) v[i] = invoked_m(i) end,
-    function(i) so[i] = soft(i) end,
+    function(i) so[i] = soft_m(i) end,
     function(i) dl[i] = denylist(i) end,
 }
 if baseline_bin then
@@ -222,8 +223,9 @@ print(string.format("bare runc run, soft:       %6.1f ms median  hardening costs
 print(string.format("supervisor (core.proc):    %6.1f ms median  ratio %.3f (target <= 1.15)", ms * 1000, ms / mb))
 print(string.format("relay app invoke:          %6.1f ms median  ratio %.3f (target <= 1.15)", mv * 1000, mv / mb))
 print(string.format("relay app invoke, per round: median ratio %.3f (target <= 1.15)", median(round_ratios)))
-print(string.format("CPU per run (all processes): bare %.1f ms, relay app invoke %.1f ms (+%.1f ms)",
-    cpu.bare / RUNS * 1000, cpu.invoke / RUNS * 1000, (cpu.invoke - cpu.bare) / RUNS * 1000))
+print(string.format("CPU per run (all processes): bare %.1f ms, soft %.1f ms, supervisor %.1f ms, " ..
+    "relay app invoke %.1f ms (+%.1f ms over bare)", cpu.bare / RUNS * 1000, cpu.soft / RUNS * 1000,
+    cpu.supervisor / RUNS * 1000, cpu.invoke / RUNS * 1000, (cpu.invoke - cpu.bare) / RUNS * 1000))
 if baseline_bin then
     print(string.format("baseline binary's invoke:  %6.1f ms median  ratio %.3f; per round: median ratio %.3f; " ..
         "CPU per run %.1f ms", median(vb) * 1000, median(vb) / mb, median(baseline_ratios), cpu.baseline / RUNS * 1000))
