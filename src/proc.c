@@ -390,6 +390,25 @@ child_exec(const relay_proc_opts *o, const char *path, const int std[3], const i
 }
 
 
+/* join_only: the cgroup writes, nothing else (no exec to reset for). */
+static void
+child_join_and_exit(const relay_proc_opts *o, int errfd)
+{
+    struct sigaction sa;
+    int sig;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    for (sig = 1; sig < NSIG; sig++) {
+        sigaction(sig, &sa, NULL);
+    }
+    /* nobody reads the error pipe of this child: its exit status reports */
+    close(errfd);
+    child_join_cgroups(o->cgroup_procs, -1);
+    _exit(0);
+}
+
+
 static void
 describe_start_error(relay_proc *p, const relay_proc_opts *o, const struct child_error *ce)
 {
@@ -782,8 +801,9 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     p->child.data = p;
     ev_child_start(p->loop, &p->child);
 
+    /* a join_only child blocks in its cgroup write: its exit status tells */
     do {
-        n = read(errfd, &ce, sizeof ce);
+        n = o->join_only ? 0 : read(errfd, &ce, sizeof ce);
     } while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof ce) {
         describe_start_error(p, o, &ce);
@@ -878,6 +898,9 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
         int std[3] = {in[0], out[1], errp[1]};
 
         close(ep[0]);
+        if (o->join_only) {
+            child_join_and_exit(o, ep[1]);
+        }
         child_exec(o, path, std, fds, n_fds, ep[1], parent);
     }
     close(in[0]);

@@ -136,6 +136,23 @@ function _M.list(path)
 end
 
 
+--- The names in a directory, unsorted, without . and .. and without an
+-- lstat of each (see list); or nil, err.
+function _M.names(path)
+    local ok, names = pcall(dirent.dir, path)
+    if not ok then
+        return nil, tostring(names)
+    end
+    local out = {}
+    for _, name in ipairs(names) do
+        if name ~= "." and name ~= ".." then
+            out[#out + 1] = name
+        end
+    end
+    return out
+end
+
+
 --- mkdir; an existing path counts as success (callers create idempotently).
 function _M.mkdir(path, mode)
     local ok, _, errnum = stat.mkdir(path, mode or DEFAULT_DIR_MODE)
@@ -221,6 +238,21 @@ function _M.rm_rf(path)
         end
     end
     return _M.rmdir(path)
+end
+
+
+--- Removes a directory we made and filled with `names` (files or links):
+-- those unlinked, then the directory, with no listing and no lstat of each
+-- entry. Should anything else be in it, rm_rf removes the rest.
+function _M.remove_known(path, names)
+    for _, name in ipairs(names or {}) do
+        unistd.unlink(path .. "/" .. name)
+    end
+    local ok, _, errnum = unistd.rmdir(path)
+    if ok or errnum == errno.ENOENT then
+        return true
+    end
+    return _M.rm_rf(path)
 end
 
 

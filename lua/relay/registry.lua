@@ -41,6 +41,11 @@ end
 
 function Registry:check_availability()
     self.unavailable = {}
+    if self.rt then
+        -- what the runtime remembers of the previous apps and host paths
+        -- (checks, images, id blocks) is checked afresh against the disk
+        self.rt:forget()
+    end
     for _, app in ipairs(self.list) do
         if app.state == "ok" and self.rt then
             local ok, why = self.rt:check(app)

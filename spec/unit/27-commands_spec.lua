@@ -38,4 +38,21 @@ describe("commands", function()
         assert.are.equal(70, code)
         assert.matches("internal error: .*a bug", table.concat(said))
     end)
+
+    it("runs a command that sets JIT = false in the interpreter, others with the JIT", function()
+        local parser = cli.new_parser()
+        package.loaded["relay.cmd.spec_no_jit"] = { JIT = false, configure = function() end }
+        package.loaded["relay.cmd.spec_jit"] = { configure = function() end }
+        local subcommands = require("relay.subcommands")
+        local ok, err = pcall(function()
+            subcommands.declare(parser, "relay.cmd.", { { "spec_jit", "" }, { "spec_no_jit", "" } }, { "spec_jit" })
+            assert.is_true((jit.status()))
+            subcommands.declare(cli.new_parser(), "relay.cmd.", { { "spec_no_jit", "" } }, { "spec_no_jit" })
+            assert.is_false((jit.status()))
+        end)
+        jit.on()
+        package.loaded["relay.cmd.spec_no_jit"], package.loaded["relay.cmd.spec_jit"] = nil, nil
+        assert(ok, err)
+        assert.is_false(require("relay.cmd.app_invoke").JIT)
+    end)
 end)

@@ -355,7 +355,7 @@ function D:prepare(app, inv)
         no_core = true,
     }
     if fs.geteuid() == 0 then
-        local block = ids.for_app(app)
+        local block = self.rt:id_block(app)
         spec.uid, spec.gid = block.handler_uid, block.handler_gid
     end
     if self:can_limit() then

@@ -96,16 +96,7 @@ function _M.app_dir(app)
 end
 
 
---- Where an app's `image:` lives: { root, rel, path } with rel a relative
--- name (validated: no absolute path, no ..) inside the app's directory, or
--- else inside RELAY_IMAGES; nil for `image: host`. Nothing below root is a
--- symlink (checked without following one). Returns nil, err when the image
--- is missing or reached through a symlink.
-function _M.image(rt, app)
-    local image = (app.runtime or {}).image or "host"
-    if image == "host" then
-        return nil
-    end
+local function find_image(rt, app, image)
     local roots = { _M.app_dir(app) }
     if rt.images_dir then
         roots[2] = fs.realpath(rt.images_dir) or rt.images_dir
@@ -123,6 +114,30 @@ function _M.image(rt, app)
         return nil, "image " .. image .. ": " .. why
     end
     return nil, "image directory not found: " .. image .. " (looked in " .. table.concat(roots, " and ") .. ")"
+end
+
+
+--- Where an app's `image:` lives: { root, rel, path } with rel a relative
+-- name (validated: no absolute path, no ..) inside the app's directory, or
+-- else inside RELAY_IMAGES; nil for `image: host`. Nothing below root is a
+-- symlink (checked without following one). Returns nil, err when the image
+-- is missing or reached through a symlink. A found image is remembered by
+-- the context until its next forget (a reload); a missing one is looked
+-- for again each time.
+function _M.image(rt, app)
+    local image = (app.runtime or {}).image or "host"
+    if image == "host" then
+        return nil
+    end
+    local known = rt.cache and rt.cache.images[app]
+    if known then
+        return known
+    end
+    local found, err = find_image(rt, app, image)
+    if found and rt.cache then
+        rt.cache.images[app] = found
+    end
+    return found, err
 end
 
 
@@ -169,6 +184,60 @@ function _M.unsearchable_dir(path)
 end
 
 
+--- unsearchable_dir(path), where a searchable answer is remembered by the
+-- context until its next forget (a reload): every start checks the same
+-- few directories.
+function _M.cached_unsearchable_dir(rt, path)
+    if rt.cache.searchable[path] then
+        return nil
+    end
+    local blocked = _M.unsearchable_dir(path)
+    if not blocked then
+        rt.cache.searchable[path] = true
+    end
+    return blocked
+end
+
+
+--- The app's host id block (relay.runtime.ids.for_app), remembered by the
+-- context until its next forget (a reload): the subordinate-id range and
+-- the apps directory's names are read once per reload, not per start.
+function _M.id_block(rt, app)
+    local cache = rt.cache
+    local block = cache.id_blocks[app]
+    if not block then
+        local ids = require("relay.runtime.ids")
+        cache.id_range = cache.id_range or ids.range()
+        local parent = ids.apps_dir_of(app)
+        local names = parent and cache.app_names[parent]
+        if parent and not names then
+            names = ids.app_names(parent)
+            cache.app_names[parent] = names
+        end
+        block = ids.for_app(app, cache.id_range, names)
+        cache.id_blocks[app] = block
+    end
+    return block
+end
+
+
+--- Drops what the context remembers about apps and host paths (image
+-- resolutions, id blocks, searchable directories, checked apps): the
+-- daemon calls it on every reload, so a change on disk is seen at the next
+-- reload (SIGHUP, or any template change) at the latest.
+function _M.forget(rt)
+    local weak = { __mode = "k" }
+    rt.cache = {
+        images = setmetatable({}, weak),
+        id_blocks = setmetatable({}, weak),
+        checked = setmetatable({}, weak),
+        app_names = {},
+        searchable = {},
+        id_range = nil,
+    }
+end
+
+
 --- Whether this host lets a process create user namespaces.
 function _M.userns_available()
     local max = tonumber(fs.read_file("/proc/sys/user/max_user_namespaces") or "")
@@ -176,13 +245,24 @@ function _M.userns_available()
 end
 
 
+-- The profiles are compiled into the binary: one table per process, whose
+-- JSON (relay.runtime.json.constant) the C module writes in ~20 µs where
+-- the Lua encoder takes ~0.5 ms in a fresh process. Never change the table.
+local seccomp_profiles = {}
+
 --- The OCI seccomp section of an app: Relay's allowlist unless the template
 -- says `seccomp: {unconfined: <reason>}`.
 function _M.seccomp_profile(app)
     if _M.seccomp_unconfined(app) then
         return nil
     end
-    return require("relay.core.seccomp").profile(_M.SECCOMP_PROFILE)
+    local name = _M.SECCOMP_PROFILE
+    if not seccomp_profiles[name] then
+        local seccomp = require("relay.core.seccomp")
+        seccomp_profiles[name] = require("relay.runtime.json").constant(seccomp.profile(name),
+            seccomp.profile_json(name))
+    end
+    return seccomp_profiles[name]
 end
 
 
@@ -365,6 +445,8 @@ function _M.new(opts)
         private = opts.private and true or false,
         images_dir = opts.images,
         drivers = {},
+        made_dirs = {},
+        made_set = {},
     }
     local base = (opts.state_dir or "/run/relay") .. "/" .. consumer
     local cg = "relay/" .. consumer
@@ -378,6 +460,7 @@ function _M.new(opts)
     end
     rt.base_dir = base
     rt.cgroup_parent = cg
+    _M.forget(rt)
     return setmetatable(rt, { __index = _M })
 end
 
@@ -572,29 +655,40 @@ function _M.sweep_dead_consumers(rt, holder_dead)
 end
 
 
---- Removes a private context's directories and cgroup parents.
+--- Notes a directory a driver made inside a private context's base dir
+-- (once each): close removes them, the last made first, without listing.
+function _M.made_dir(rt, path)
+    if not rt.made_set[path] then
+        rt.made_set[path] = true
+        rt.made_dirs[#rt.made_dirs + 1] = path
+    end
+end
+
+
+--- Removes a private context's directories and cgroup parents: what the
+-- drivers noted (made_dir), then the base dir; a tree walk only when
+-- something else is left in it.
 function _M.close(rt)
     if not rt.private then
         return
     end
-    fs.rm_rf(rt.base_dir)
+    for i = #rt.made_dirs, 1, -1 do
+        fs.rmdir(rt.made_dirs[i])
+    end
+    fs.remove_known(rt.base_dir)
     _M.remove_cgroup_dirs(rt.cgroup_parent)
 end
 
 
---- rmdir of `rel` (relative to each hierarchy) where it exists and is empty.
+--- rmdir of `rel` (relative to each hierarchy) where it exists and is
+-- empty. Straight rmdirs: one that is not there fails harmlessly.
 function _M.remove_cgroup_dirs(rel)
-    local roots = fs.list(_M.CGROUP_ROOT) or {}
     if _M.cgroup_mode() == "v2" then
-        roots = { { name = "", dir = true } }
+        fs.rmdir(_M.CGROUP_ROOT .. "/" .. rel)
+        return
     end
-    for _, e in ipairs(roots) do
-        if e.dir then
-            local path = _M.CGROUP_ROOT .. (e.name ~= "" and ("/" .. e.name) or "") .. "/" .. rel
-            if fs.is_dir(path) then
-                fs.rmdir(path)
-            end
-        end
+    for _, name in ipairs(fs.names(_M.CGROUP_ROOT) or {}) do
+        fs.rmdir(_M.CGROUP_ROOT .. "/" .. name .. "/" .. rel)
     end
 end
 
