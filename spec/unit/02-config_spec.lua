@@ -28,6 +28,11 @@ describe("config", function()
             ["redis://:secret@h:7000"] = { host = "h", port = 7000, db = 0, password = "secret" },
             ["unix:///run/redis.sock"] = { path = "/run/redis.sock", db = 0 },
             ["unix:///run/redis.sock?db=5"] = { path = "/run/redis.sock", db = 5 },
+            ["unix://:s%40c@/run/redis.sock"] = { path = "/run/redis.sock", db = 0, password = "s@c" },
+            ["unix://bob:pw@/run/redis.sock?db=3"] = {
+                path = "/run/redis.sock", db = 3, user = "bob", password = "pw",
+            },
+            ["unix:///run/redis.sock?password=pw&db=2"] = { path = "/run/redis.sock", db = 2, password = "pw" },
         }
         for url, want in pairs(cases) do
             assert.are.same(want, (config.parse_redis_url(url)), url)
@@ -58,6 +63,24 @@ describe("config", function()
         local bad, err = config.load({}, { max_concurrency = "lots" })
         assert.is_nil(bad)
         assert.matches("%-%-max%-concurrency=lots", err)
+    end)
+
+    it("masks the password wherever a Redis URL is shown", function()
+        local cases = {
+            ["redis://:s3cret@h:6379/0"] = "redis://:***@h:6379/0",
+            ["redis://alice:s3cret@h:6379/0"] = "redis://alice:***@h:6379/0",
+            ["unix://:s3cret@/run/r.sock"] = "unix://:***@/run/r.sock",
+            ["unix:///run/r.sock?db=1&password=s3cret"] = "unix:///run/r.sock?db=1&password=***",
+            ["redis://h:6379/0"] = "redis://h:6379/0",
+            ["unix:///run/r.sock?db=1"] = "unix:///run/r.sock?db=1",
+        }
+        for url, want in pairs(cases) do
+            assert.are.equal(want, config.mask_redis_url(url))
+        end
+        local cfg = assert(config.load({ REDIS_URL = "redis://:s3cret@h:7000" }))
+        assert.are.equal("redis://:***@h:7000", cfg.redis_url_text)
+        local _, err = config.load({ REDIS_URL = "redis://:s3cret@h:99999" })
+        assert.are.equal("invalid REDIS_URL=redis://:***@h:99999: the port must be 1..65535", err)
     end)
 
     it("keeps REDIS_URL's text as given, or its default's, for messages", function()
