@@ -445,6 +445,9 @@ function Worker:recover_read_error(err, kind, delay)
         end
     else
         log.failing(READ_FAILURE, "reading the stream failed; backing off", { error = err, kind = kind })
+        -- An error reply (READONLY, MOVED, NOAUTH…) stops all progress until Redis changes: /healthz
+        -- says so. A lost connection is told by the clients' own state.
+        self.read_blocker = kind == "reply" and ("cannot read the stream: " .. tostring(err)) or nil
     end
     loop.sleep(backoff.jitter(delay))
     return backoff.grow(delay, READ_BACKOFF_CAP_S)
@@ -461,6 +464,7 @@ function Worker:recreate_group(err)
     if not ok then
         log.failing(READ_FAILURE, "consumer group is gone and cannot be recreated; backing off",
             { error = cerr, read_error = err })
+        self.read_blocker = "consumer group is gone and cannot be recreated: " .. tostring(cerr)
         return false
     end
     self.report.inc("relay_group_recreated_total")
@@ -479,6 +483,7 @@ end
 --- A read worked: a read failure (if any) ends with one INFO line.
 function Worker:read_succeeded()
     self.recreated_unread = false
+    self.read_blocker = nil
     log.recovered(READ_FAILURE, "reading the stream again")
 end
 
@@ -767,7 +772,8 @@ function Worker:connect()
     })
     self.guard = guard.new({ client = client, stream = self.cfg.stream, consumer = self.cfg.consumer,
         instance = self.instance, constants = self.constants, shutdown = self.shutdown })
-    observe.watch(self.obs, { client = client, reader = self.reader, slots = self.slots })
+    observe.watch(self.obs, { client = client, reader = self.reader, slots = self.slots,
+        blocker = function() return self.read_blocker end })
 end
 
 
