@@ -103,7 +103,7 @@ local function new_worker(cfg, c)
     self.obs = observe.new(cfg)
     self.report = self.obs.report
     self.rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group })
     local apps = registry.new({ apps_dir = cfg.apps, runtime = self.rt, max_concurrency = cfg.max_concurrency })
     self.registry = apps
     self.slots = slots_mod.new({ max = cfg.max_concurrency,
@@ -778,8 +778,9 @@ end
 
 
 --- Removes this consumer's orphaned containers, then loads the apps.
---- The start-up sweep: this consumer's orphans (unless a live daemon of
--- another stream shares its runtime root), then those of consumers on this
+--- The start-up sweep: this consumer's orphans (its runtime root is named
+-- after its consumer, stream and group; left alone while a live process
+-- still holds it), then those of consumers on this
 -- host whose holder is dead (runtime.sweep_dead_consumers). The daemon then
 -- holds its root for its whole life.
 function Worker:start_runtime()
@@ -787,14 +788,14 @@ function Worker:start_runtime()
     if not ok then
         log.warn("orphan cleanup failed", { error = swept })
     elseif owned then
-        log.info("runtime root shared with a live relay (another stream): its orphans are left to it",
-            { consumer = self.cfg.consumer })
+        log.info("runtime root held by a live process: its orphans are left to it",
+            { consumer = self.cfg.consumer, root = self.rt.name })
     elseif swept > 0 then
         log.info("removed orphaned containers of this consumer", { count = swept })
     end
     local fs, host = require("relay.fs"), require("relay.config").hostname()
-    local function holder_dead(name)
-        local value = self.client:call("GET", self.keys.consumer(name))
+    local function holder_dead(name, stream)
+        local value = self.client:call("GET", keys.for_stream(stream).consumer(name))
         if type(value) ~= "string" then
             return value ~= nil  -- no key: no holder; no reply: leave it be
         end

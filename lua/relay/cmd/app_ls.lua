@@ -124,7 +124,7 @@ function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local list = exit.or_env(apps.load_all(cfg.apps))
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group })
     local paused = _M.paused_apps(cfg) or {}
     for _, app in ipairs(list) do
         local row = _M.row(rt, cfg, app, paused)
