@@ -2,10 +2,13 @@
 -- server-side scripts with EVALSHA that survive a script-cache flush or a
 -- Redis restart (NOSCRIPT → SCRIPT LOAD → retry once), and logging the
 -- daemon's Redis outages.
+local cluster = require("relay.redis_cluster")
 local core = require("relay.core.redis")
 local exit = require("relay.exit")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
+local redirect = require("relay.redis_redirect")
+local refusal = require("relay.redis_refusal")
 
 local _M = {}
 
@@ -24,22 +27,34 @@ local function describe(cfg)
 end
 
 
---- A blocking client for a short CLI command; exits 2 naming the address
--- when Redis cannot be reached within 5 s.
+--- A blocking client for a short CLI command, on the node that serves the
+-- stream when the server is a Redis Cluster; exits 2 naming the address
+-- when Redis cannot be reached within 5 s, and naming the fix when it
+-- refuses (a stream name without a hash tag on a cluster, NOAUTH…).
 function _M.connect_cli(cfg)
     local client, err = core.connect_blocking(cfg.redis_url, CONNECT_TIMEOUT_S)
     if not client then
         exit.env(err .. " (REDIS_URL=" .. describe(cfg) .. ")")
     end
+    local node, lerr, kind = cluster.locate(client, cfg.redis_url, cfg.stream)
+    if node == nil then
+        client:close()
+        exit.env(kind == "reply" and refusal.describe(lerr) or tostring(lerr))
+    end
+    if node and not node.here then
+        client:close()
+        local owner = cluster.at(cfg.redis_url, node)
+        client, err = core.connect_blocking(owner, CONNECT_TIMEOUT_S)
+        if not client then
+            exit.env(string.format("%s (the cluster node serving REDIS_STREAM; REDIS_URL=%s)", err, describe(cfg)))
+        end
+    end
     return client
 end
 
 
---- An async client for the daemon; parks the task until connected.
--- max_reply_bytes (optional) caps what one reply may hold (relay.core.redis).
--- @return client | nil, err
-function _M.connect(cfg, max_reply_bytes)
-    local client, err, failed = core.connect(cfg.redis_url, CONNECT_TIMEOUT_S, max_reply_bytes)
+local function connect_core(addr, cfg, max_reply_bytes)
+    local client, err, failed = core.connect(addr, CONNECT_TIMEOUT_S, max_reply_bytes)
     if not client then
         if failed then
             failed:close()
@@ -47,6 +62,37 @@ function _M.connect(cfg, max_reply_bytes)
         return nil, string.format("cannot connect to redis (REDIS_URL=%s): %s", describe(cfg), err)
     end
     return client
+end
+
+
+--- An async client for the daemon; parks the task until connected. On a
+-- Redis Cluster it is connected to the node serving the stream's slot and
+-- follows that slot (relay.redis_redirect); a stream name without a hash
+-- tag is refused there.
+-- max_reply_bytes (optional) caps what one reply may hold (relay.core.redis).
+-- @return client | nil, err
+function _M.connect(cfg, max_reply_bytes)
+    local client, err = connect_core(cfg.redis_url, cfg, max_reply_bytes)
+    if not client then
+        return nil, err
+    end
+    local node, lerr, kind = cluster.locate(client, cfg.redis_url, cfg.stream)
+    if node == nil then
+        client:close()
+        return nil, kind == "reply" and refusal.describe(lerr) or tostring(lerr)
+    elseif not node then
+        return client
+    end
+    local addr = cfg.redis_url
+    if not node.here then
+        client:close()
+        addr = cluster.at(cfg.redis_url, node)
+        client, err = connect_core(addr, cfg, max_reply_bytes)
+        if not client then
+            return nil, err
+        end
+    end
+    return redirect.wrap(client, addr, function(to) return connect_core(to, cfg, max_reply_bytes) end)
 end
 
 
