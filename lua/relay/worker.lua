@@ -411,22 +411,21 @@ end
 -- cursor ("-": from the start). Returns { entries, cursor, done }, or nil,
 -- err, kind.
 function Worker:take_pending(mode, cursor)
-    local l, k = self.limits, self.keys
+    local l = self.limits
     self:await_room()
-    local reply, err, kind = redis.eval(self.client, scripts.take_pending, { self.cfg.stream, k.stats }, {
-        self.cfg.group, self.cfg.consumer, mode, cursor, l.count, l.event, l.entry, classify.OBJECT_BYTES,
-        k.inv_prefix, k.handling_prefix, self.constants.terminal_retention_ms, POISON_CRASHES,
-        self.constants.min_pending_idle_ms,
+    local step, err, kind = self.life:take_pending(mode, cursor, {
+        count = l.count, event = l.event, entry = l.entry, object_bytes = classify.OBJECT_BYTES,
+        poison_after = POISON_CRASHES, min_idle_ms = self.constants.min_pending_idle_ms,
     })
-    if reply == nil then
+    if step == nil then
         return nil, err, kind
     end
-    if reply[3] > 0 then
-        self.report.inc("relay_missing_payload_total", nil, reply[3])
+    if step.deleted > 0 then
+        self.report.inc("relay_missing_payload_total", nil, step.deleted)
         log.error("pending entries have no body (trimmed or deleted outside relay): data loss",
-            { count = reply[3] })
+            { count = step.deleted })
     end
-    return { entries = reply[4], cursor = reply[1], done = reply[2] == 1 }
+    return step
 end
 
 
