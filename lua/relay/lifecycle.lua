@@ -441,15 +441,37 @@ function Lifecycle:sweep_step(cursor)
     if #ids == 0 then
         return reply[1], { 0, 0, 0 }
     end
-    local held = self:held_tokens()
-    local args = append({ self.group, self.inv_prefix, self.instance_prefix, self.instance, self.seq,
-        self.c.terminal_retention_ms, #held }, held)
-    append(args, ids)
-    local result, serr, skind = self:eval(scripts.sweep, { self.stream, self.keys.trusted, self.keys.stats }, args)
+    local result, serr, skind = self:sweep_ids(ids)
     if result == nil then
         return nil, serr, skind
     end
     return reply[1], result
+end
+
+
+--- scripts.sweep over ids, declaring the keys it asks for (the instance
+-- keys of live claims, the hashes of the entries it re-queues).
+function Lifecycle:sweep_ids(ids)
+    local held = self:held_tokens()
+    local args = append({ self.group, self.inv_prefix, self.instance_prefix, self.instance, self.seq,
+        self.c.terminal_retention_ms, #held, "0" }, held)
+    append(args, ids)
+    local key_list = { self.stream, self.keys.trusted, self.keys.stats }
+    for _, id in ipairs(ids) do
+        key_list[#key_list + 1] = self.keys.inv(id)
+    end
+    key_list[#key_list + 1] = self.keys.instance(self.instance)
+    for _ = 1, MAX_DECLARE_ROUNDS do
+        local result, err, kind = self:eval(scripts.sweep, key_list, args)
+        if type(result) ~= "table" or result[1] ~= "declare" then
+            return result, err, kind
+        end
+        args[8] = result[2]
+        for i = 3, #result do
+            key_list[#key_list + 1] = result[i]
+        end
+    end
+    return nil, "the stranded sweep's keys changed on every look; next pass", "io"
 end
 
 

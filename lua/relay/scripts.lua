@@ -186,8 +186,8 @@ end
 -- XADDs an entry Relay itself writes and records its id as trusted. The
 -- score is the id's milliseconds, so forgetting gone entries is one range
 -- removal.
-local function xadd_trusted(stream, trusted, fields)
-    local id = redis.call('XADD', stream, '*', unpack(fields))
+local function xadd_trusted(stream, trusted, fields, at_id)
+    local id = redis.call('XADD', stream, at_id or '*', unpack(fields))
     redis.call('ZADD', trusted, tonumber(string.match(id, '^(%d+)')), id)
     return id
 end
@@ -367,17 +367,28 @@ return 'released'
 --    handler (a schedule occurrence as itself) carrying its marker, so its
 --    attempts and backoff go on, and the old hash is retained. One whose
 --    attempt still runs live is left for a later pass.
--- KEYS: stream, trusted, stats. ARGV: group, inv_prefix, instance_prefix,
--- own instance, own seq watermark, retention_ms, held count, held tokens…,
--- ids…. Returns {released, retained, missing, {id, field, new id}…}.
+-- Every key is declared (Redis Cluster): the hash of each id; the instance
+-- keys of the live claims met, and the hashes of the entries a re-queue
+-- adds, whose ids the script proposes (from base_ms, ahead of the stream's
+-- last id, so that XADD can take them): until all of those are among KEYS
+-- it answers {"declare", base_ms, keys…} having written nothing, and the
+-- caller runs it again with them and that base.
+-- KEYS: stream, trusted, stats, the hash of each id, then the keys asked
+-- for. ARGV: group, inv_prefix, instance_prefix, own instance, own seq
+-- watermark, retention_ms, held count, base_ms ("0" at first), held
+-- tokens…, ids…. Returns {released, retained, missing, {id, field, new id}…}
+-- or {"declare", base_ms, keys…}.
 _M.sweep = PRELUDE .. [==[
 local stream, trusted, stats = KEYS[1], KEYS[2], KEYS[3]
 local group, inv_prefix, instance_prefix, own = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local watermark, retention_ms, n_held = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local base_ms = tonumber(ARGV[8])
+local PROPOSAL_AHEAD_MS = 1000  -- room for a producer's entries before the caller's next call
 local held = {}
-for i = 8, 7 + n_held do
+for i = 9, 8 + n_held do
     held[ARGV[i]] = true
 end
+local first_id = 9 + n_held
 local now = now_ms()
 
 local function parse_id(id)
@@ -405,6 +416,69 @@ end
 local function delivered(id)
     local ms, seq = parse_id(id)
     return ms ~= nil and (ms < last_ms or (ms == last_ms and seq <= last_seq))
+end
+
+-- The keys this batch may touch besides its hashes, with the base of the
+-- re-queued ids, before anything is written (see the header).
+local function undeclared_keys()
+    local declared, needed, requeue_bound = {}, {}, 0
+    for _, k in ipairs(KEYS) do
+        declared[k] = true
+    end
+    for i = first_id, #ARGV do
+        local inv = KEYS[i - first_id + 4]
+        if redis.call('HEXISTS', inv, '~retained') == 0 and redis.call('EXISTS', inv) == 1 then
+            local all, open = redis.call('HGETALL', inv), 0
+            for j = 1, #all, 2 do
+                local f, marker = all[j], all[j + 1]
+                if string.sub(f, 1, 1) ~= '~' and f ~= '-/-' and not is_terminal(marker) then
+                    open = open + 1
+                    local p = parse_marker(marker)
+                    local instance = p[1] == 'running' and token_instance(p[3])
+                    if instance and now < tonumber(p[4]) then
+                        needed[#needed + 1] = instance_prefix .. instance
+                    end
+                end
+            end
+            if delivered(ARGV[i]) then
+                requeue_bound = requeue_bound + open
+            end
+        end
+    end
+    if requeue_bound > 0 then
+        local info = redis.call('XINFO', 'STREAM', stream)
+        local last_id
+        for j = 1, #info - 1, 2 do
+            if info[j] == 'last-generated-id' then
+                last_id = info[j + 1]
+            end
+        end
+        local last_ms = parse_id(last_id)
+        if base_ms <= last_ms then
+            base_ms = math.max(now, last_ms) + PROPOSAL_AHEAD_MS
+        end
+        for k = 0, requeue_bound - 1 do
+            needed[#needed + 1] = inv_prefix .. base_ms .. '-' .. k
+        end
+    end
+    local missing = {}
+    for _, k in ipairs(needed) do
+        if not declared[k] then
+            missing[#missing + 1] = k
+        end
+    end
+    return missing
+end
+
+local undeclared = undeclared_keys()
+if #undeclared > 0 then
+    return {'declare', tostring(base_ms), unpack(undeclared)}
+end
+local requeued = 0
+local function next_requeued_id()
+    local id = base_ms .. '-' .. requeued
+    requeued = requeued + 1
+    return id
 end
 
 local function held_here(token)
@@ -450,7 +524,7 @@ local function entry_fields(id)
 end
 
 local function carry(id, fields, f, marker)
-    local new_id = xadd_trusted(stream, trusted, fields)
+    local new_id = xadd_trusted(stream, trusted, fields, next_requeued_id())
     if marker then
         redis.call('HSET', inv_prefix .. new_id, f, marker)
     end
@@ -482,9 +556,9 @@ local function requeue(id, open)
 end
 
 local result = {0, 0, 0}
-for i = 8 + n_held, #ARGV do
+for i = first_id, #ARGV do
     local id = ARGV[i]
-    local inv = inv_prefix .. id
+    local inv = KEYS[i - first_id + 4]
     if redis.call('HEXISTS', inv, '~retained') == 0 and redis.call('EXISTS', inv) == 1 then
         local open, released = open_fields(inv)
         result[1] = result[1] + released

@@ -5,7 +5,8 @@
 -- the script fails with "undeclared key". The paths that touch computed
 -- keys are driven: another instance's live claim (its instance key), the
 -- removal of a handler, unmatched ids, pending entries taken (their
--- invocation hashes and crash marks), the stranded sweep's re-queue.
+-- invocation hashes and crash marks), the stranded sweep (its hashes, live
+-- claims, and the hashes of the entries it re-queues).
 local lifecycle = require("relay.lifecycle")
 local redis = require("relay.redis")
 local redis_server = require("helpers.redis")
@@ -141,5 +142,23 @@ describe("the scripts' declared keys", function()
         assert.is_table(taken, err)
         assert.are.equal(1, taken.deleted)
         assert.are.equal("1", r:call("HGET", "relay:events:inv:" .. gone, "~retained"))
+    end)
+
+    it("the stranded sweep reads its ids' hashes and instance keys and writes the re-queued ones", function()
+        local ids = delivered(2)
+        assert(r:call("SET", "relay:events:instance:other", "1"))
+        assert(r:call("HSET", "relay:events:inv:" .. ids[1], "a/h", "waiting:1:0"))
+        assert(r:call("HSET", "relay:events:inv:" .. ids[2], "a/h", "running:1:other.1:" .. FAR))
+        assert(r:call("XACK", "events", "relay", ids[1], ids[2]))
+        local cursor, result
+        repeat
+            cursor, result = life:sweep_step(cursor or "0")
+            assert.is_truthy(cursor, result)
+        until cursor == "0"
+        local moved = result[4]
+        assert.is_table(moved, "one invocation re-queued")
+        assert.are.equal("waiting:1:0", marker(moved[3]))
+        assert.are.equal("1", r:call("HGET", "relay:events:inv:" .. ids[1], "~retained"))
+        assert.are.equal(redis.null, r:call("HGET", "relay:events:inv:" .. ids[2], "~retained"))
     end)
 end)
