@@ -27,27 +27,39 @@ local function describe(cfg)
 end
 
 
---- A blocking client for a short CLI command, on the node that serves the
--- stream when the server is a Redis Cluster; exits 2 naming the address
--- when Redis cannot be reached within 5 s, and naming the fix when it
--- refuses (a stream name without a hash tag on a cluster, NOAUTH…).
-function _M.connect_cli(cfg)
-    local client, err = core.connect_blocking(cfg.redis_url, CONNECT_TIMEOUT_S)
+--- A blocking client on the node that serves the stream (the one REDIS_URL
+-- names, unless the server is a Redis Cluster and another node owns the
+-- stream's slot). @return client | nil, err, kind ("config": a setting
+-- must change, "reply": Redis refused, "io": unreachable)
+function _M.connect_blocking(cfg, timeout_s)
+    local client, err = core.connect_blocking(cfg.redis_url, timeout_s)
     if not client then
-        exit.env(err .. " (REDIS_URL=" .. describe(cfg) .. ")")
+        return nil, err .. " (REDIS_URL=" .. describe(cfg) .. ")", "io"
     end
     local node, lerr, kind = cluster.locate(client, cfg.redis_url, cfg.stream)
     if node == nil then
         client:close()
-        exit.env(kind == "reply" and refusal.describe(lerr) or tostring(lerr))
+        return nil, lerr, kind
     end
     if node and not node.here then
         client:close()
-        local owner = cluster.at(cfg.redis_url, node)
-        client, err = core.connect_blocking(owner, CONNECT_TIMEOUT_S)
+        client, err = core.connect_blocking(cluster.at(cfg.redis_url, node), timeout_s)
         if not client then
-            exit.env(string.format("%s (the cluster node serving REDIS_STREAM; REDIS_URL=%s)", err, describe(cfg)))
+            return nil, string.format("%s (the cluster node serving REDIS_STREAM; REDIS_URL=%s)", err, describe(cfg)),
+                "io"
         end
+    end
+    return client
+end
+
+
+--- connect_blocking for a short CLI command: exits 2 naming the address
+-- when Redis cannot be reached within 5 s, and naming the fix when it
+-- refuses (a stream name without a hash tag on a cluster, NOAUTH…).
+function _M.connect_cli(cfg)
+    local client, err, kind = _M.connect_blocking(cfg, CONNECT_TIMEOUT_S)
+    if not client then
+        exit.env(kind == "reply" and refusal.describe(err) or tostring(err))
     end
     return client
 end

@@ -4,10 +4,10 @@
 -- note is last because it may hold spaces. --json: one object per line.
 local apps = require("relay.apps")
 local config = require("relay.config")
-local core_redis = require("relay.core.redis")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
 local keys = require("relay.keys")
+local redis = require("relay.redis")
 local runtime = require("relay.runtime")
 
 local _M = {}
@@ -23,7 +23,7 @@ end
 -- depend on Redis: when it cannot be reached the paused state is reported
 -- as unknown on stderr and no app shows as paused.
 function _M.paused_apps(cfg)
-    local client, err = core_redis.connect_blocking(cfg.redis_url, 2)
+    local client, err = redis.connect_blocking(cfg, 2)
     if not client then
         io.stderr:write("relay: paused state unknown: ", err, "\n")
         return {}
