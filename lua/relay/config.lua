@@ -7,6 +7,7 @@ local _M = {}
 
 local MAX_CONCURRENCY_LIMIT = 1024
 local MAX_EVENT_BYTES_LIMIT = 512 * 1024 * 1024
+local SENTINEL_PORT = 26379  -- Redis Sentinel's own default
 
 -- variable, flag, config key, default (a function for computed defaults), parser
 local SETTINGS = {}
@@ -148,8 +149,44 @@ local function parse_tcp_url(rest)
 end
 
 
---- Parses a REDIS_URL into an address table for relay.core.redis.
--- @return {host, port, path, user, password, db} | nil, reason
+--- redis+sentinel://[user:password@]host:port[,host:port…]/<master>[/db]:
+-- the Sentinels to ask, the name of the primary they watch, and the
+-- credentials and database of the primary.
+local function parse_sentinel_url(rest)
+    local auth, hosts, master, db = rest:match("^([^@/]*@)([^/]*)/([^/]+)/?(%d*)$")
+    if not auth then
+        auth, hosts, master, db = "", rest:match("^([^/]*)/([^/]+)/?(%d*)$")
+    end
+    if not hosts or hosts == "" then
+        return nil, "expected redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
+    end
+    local addr = { sentinels = {}, master = percent_decode(master), db = 0 }
+    local ok, err = parse_credentials(auth, addr)
+    if not ok then
+        return nil, err
+    end
+    for hostport in hosts:gmatch("[^,]+") do
+        local host, port = hostport:match("^%[?([^%]]-)%]?:(%d+)$")
+        host, port = host or hostport:match("^%[?([^%]:]+)%]?$"), tonumber(port or SENTINEL_PORT)
+        if not host or port < 1 or port > 65535 then
+            return nil, "expected host:port for each sentinel, not " .. hostport
+        end
+        addr.sentinels[#addr.sentinels + 1] = { host = host, port = port }
+    end
+    if db ~= "" then
+        addr.db, err = parse_db(db)
+        if not addr.db then
+            return nil, err
+        end
+    end
+    return addr
+end
+
+
+--- Parses a REDIS_URL into an address table for relay.core.redis (or, for
+-- Sentinel, for relay.redis_sentinel to find the primary with).
+-- @return {host, port, path, user, password, db} | {sentinels, master, user,
+--   password, db} | nil, reason
 function _M.parse_redis_url(url)
     local rest = url:match("^unix://(.*)$")
     if rest then
@@ -159,7 +196,12 @@ function _M.parse_redis_url(url)
     if rest then
         return parse_tcp_url(rest)
     end
-    return nil, "expected redis://[user:password@]host:port/db or unix://[user:password@]/path/to/sock[?db=N]"
+    rest = url:match("^redis%+sentinel://(.*)$")
+    if rest then
+        return parse_sentinel_url(rest)
+    end
+    return nil, "expected redis://[user:password@]host:port/db, unix://[user:password@]/path/to/sock[?db=N] or "
+        .. "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
 end
 
 

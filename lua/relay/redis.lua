@@ -5,10 +5,12 @@
 local cluster = require("relay.redis_cluster")
 local core = require("relay.core.redis")
 local exit = require("relay.exit")
+local failover = require("relay.redis_failover")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local redirect = require("relay.redis_redirect")
 local refusal = require("relay.redis_refusal")
+local sentinel = require("relay.redis_sentinel")
 
 local _M = {}
 
@@ -28,10 +30,19 @@ end
 
 
 --- A blocking client on the node that serves the stream (the one REDIS_URL
--- names, unless the server is a Redis Cluster and another node owns the
--- stream's slot). @return client | nil, err, kind ("config": a setting
+-- names, the primary the Sentinels name, or on a Redis Cluster the owner
+-- of the stream's slot). @return client | nil, err, kind ("config": a setting
 -- must change, "reply": Redis refused, "io": unreachable)
 function _M.connect_blocking(cfg, timeout_s)
+    if cfg.redis_url.sentinels then
+        local client, err, kind = sentinel.connect_primary(cfg.redis_url, function(addr)
+            return core.connect_blocking(addr, timeout_s)
+        end)
+        if not client then
+            return nil, kind == "reply" and err or (tostring(err) .. " (REDIS_URL=" .. describe(cfg) .. ")"), kind
+        end
+        return client
+    end
     local client, err = core.connect_blocking(cfg.redis_url, timeout_s)
     if not client then
         return nil, err .. " (REDIS_URL=" .. describe(cfg) .. ")", "io"
@@ -80,10 +91,20 @@ end
 --- An async client for the daemon; parks the task until connected. On a
 -- Redis Cluster it is connected to the node serving the stream's slot and
 -- follows that slot (relay.redis_redirect); a stream name without a hash
--- tag is refused there.
+-- tag is refused there. With Sentinel it is connected to the primary and
+-- follows it through failovers (relay.redis_failover).
 -- max_reply_bytes (optional) caps what one reply may hold (relay.core.redis).
 -- @return client | nil, err
 function _M.connect(cfg, max_reply_bytes)
+    if cfg.redis_url.sentinels then
+        local client, err, kind = failover.connect(cfg.redis_url, function(addr)
+            return connect_core(addr, cfg, max_reply_bytes)
+        end)
+        if not client then
+            return nil, kind == "reply" and refusal.describe(err) or err
+        end
+        return client
+    end
     local client, err = connect_core(cfg.redis_url, cfg, max_reply_bytes)
     if not client then
         return nil, err

@@ -33,6 +33,11 @@ describe("config", function()
                 path = "/run/redis.sock", db = 3, user = "bob", password = "pw",
             },
             ["unix:///run/redis.sock?password=pw&db=2"] = { path = "/run/redis.sock", db = 2, password = "pw" },
+            ["redis+sentinel://:pw@10.0.0.1:26380,10.0.0.2/mymaster/2"] = {
+                sentinels = { { host = "10.0.0.1", port = 26380 }, { host = "10.0.0.2", port = 26379 } },
+                master = "mymaster", db = 2, password = "pw",
+            },
+            ["redis+sentinel://s1:5000/m"] = { sentinels = { { host = "s1", port = 5000 } }, master = "m", db = 0 },
         }
         for url, want in pairs(cases) do
             assert.are.same(want, (config.parse_redis_url(url)), url)
@@ -44,6 +49,7 @@ describe("config", function()
             { MAX_CONCURRENCY = "abc" }, { MAX_CONCURRENCY = "0" }, { MAX_CONCURRENCY = "2.5" },
             { REDIS_URL = "http://x" }, { REDIS_URL = "redis://h:99999" }, { REDIS_URL = "redis://h:1/x" },
             { REDIS_URL = "unix://relative.sock" }, { REDIS_URL = "unix:///s?database=1" },
+            { REDIS_URL = "redis+sentinel://s1:1/" }, { REDIS_URL = "redis+sentinel://s1:99999/m" },
             { RELAY_RUNTIME = "lxc" }, { RELAY_LOG_LEVEL = "verbose" }, { RELAY_LOG_FORMAT = "xml" },
             { RELAY_RETENTION = "1 day" }, { RELAY_RETENTION = "-5m" }, { RELAY_MAX_EVENT_BYTES = "1Mb" },
             { RELAY_METRICS_ADDR = "9090" }, { RELAY_CONSUMER = "a:b" }, { REDIS_STREAM = "" },
@@ -73,6 +79,7 @@ describe("config", function()
             ["unix:///run/r.sock?db=1&password=s3cret"] = "unix:///run/r.sock?db=1&password=***",
             ["redis://h:6379/0"] = "redis://h:6379/0",
             ["unix:///run/r.sock?db=1"] = "unix:///run/r.sock?db=1",
+            ["redis+sentinel://u:s3cret@s1:1,s2:2/m"] = "redis+sentinel://u:***@s1:1,s2:2/m",
         }
         for url, want in pairs(cases) do
             assert.are.equal(want, config.mask_redis_url(url))
