@@ -3,13 +3,12 @@
 -- close) that follows the primary. A READONLY or MASTERDOWN reply (the
 -- server is a replica now), NOREPLICAS (a primary cut off from its
 -- replicas, as the old one is during a failover), or a lost connection,
--- makes it ask the
--- Sentinels again; when they name another primary (ROLE confirms it), it
--- reconnects there. A command refused so did not run, so it is
--- sent again on the new primary; after a lost connection the command may
--- have run, so its error goes back to the caller, whose retries are made
--- for that (tokens, idempotent scripts), and only later commands go to the
--- new primary.
+-- makes it ask the Sentinels again; when they name another primary (ROLE
+-- confirms it), it reconnects there. A command refused so did not run, so
+-- it is sent again on the new primary; after a lost connection the command
+-- may have run, so its error goes back to the caller, whose retries are
+-- made for that (tokens, idempotent scripts), and only later commands go
+-- to the new primary.
 local loop = require("relay.core.loop")
 local sentinel = require("relay.redis_sentinel")
 
@@ -25,11 +24,11 @@ local RETIRE_S = 5  -- a replaced connection is closed once its commands have ha
 
 --- connect(addr) → core client | nil, err. @return client | nil, err, kind
 function _M.connect(addr, connect)
-    local inner, err, kind = sentinel.connect_primary(addr, connect)
+    local inner, node_or_err, kind = sentinel.connect_primary(addr, connect)
     if not inner then
-        return nil, err, kind
+        return nil, node_or_err, kind
     end
-    return setmetatable({ inner = inner, addr = addr, node = err, connect = connect, retired_reconnects = 0,
+    return setmetatable({ inner = inner, addr = addr, node = node_or_err, connect = connect, retired_reconnects = 0,
         looked_at = 0 }, Client)
 end
 
