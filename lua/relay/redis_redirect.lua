@@ -16,14 +16,15 @@ local Client = {}
 Client.__index = Client
 
 local MAX_REDIRECTS = 5
-local TRYAGAIN_S = 0.05  -- times the attempt number
+local TRYAGAIN_S = 0.1  -- times the attempt number: 1.5 s in all, a migration's usual moment
 local MOVE_WAIT_S = 0.02  -- how often a task looks whether another one's move is done
 local RETIRE_S = 5  -- a replaced connection is closed once its commands have had their replies
 
 
 --- inner: a connected core client at addr; connect(addr) → client | nil, err.
 function _M.wrap(inner, addr, connect)
-    return setmetatable({ inner = inner, addr = addr, connect = connect, retired_reconnects = 0 }, Client)
+    return setmetatable({ inner = inner, addr = addr, connect = connect, retired_reconnects = 0, scripts = {} },
+        Client)
 end
 
 
@@ -59,18 +60,37 @@ function Client:move_to(node)
 end
 
 
---- One command on the importing node of a migrating slot.
+--- The script text behind an EVALSHA command, when this client loaded it.
+function Client:script_of(args)
+    local argv = type(args[1]) == "table" and args[1] or args
+    if argv[1] == "EVALSHA" then
+        return self.scripts[argv[2]]
+    end
+    return nil
+end
+
+
+local function asking(once, method, args)
+    local ok, err, kind = once:call("ASKING")
+    if ok == nil then
+        return nil, err, kind
+    end
+    return once[method](once, unpack(args, 1, args.n))
+end
+
+
+--- One command on the importing node of a migrating slot. An EVALSHA
+-- there may meet an empty script cache: the script is loaded and sent again.
 function Client:ask(node, method, args)
     local once, err = self.connect(cluster.at(self.addr, node))
     if not once then
         return nil, "cannot follow ASK to " .. node_key(node) .. ": " .. tostring(err), "io"
     end
-    local ok, aerr, akind = once:call("ASKING")
-    if ok == nil then
-        once:close()
-        return nil, aerr, akind
+    local value, cerr, ckind = asking(once, method, args)
+    local script = value == nil and tostring(cerr):find("^NOSCRIPT") and self:script_of(args)
+    if script and once:call("SCRIPT", "LOAD", script) then
+        value, cerr, ckind = asking(once, method, args)
     end
-    local value, cerr, ckind = once[method](once, unpack(args, 1, args.n))
     once:close()
     return value, cerr, ckind
 end
@@ -81,6 +101,9 @@ function Client:send(method, ...)
     local value, err, kind
     for attempt = 1, MAX_REDIRECTS do
         value, err, kind = self.inner[method](self.inner, unpack(args, 1, args.n))
+        if value ~= nil and args[1] == "SCRIPT" and args[2] == "LOAD" then
+            self.scripts[value] = args[3]  -- for a node met through ASK, whose cache may lack it
+        end
         if value ~= nil or kind ~= "reply" then
             return value, err, kind
         end

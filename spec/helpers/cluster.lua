@@ -154,7 +154,15 @@ function Cluster:move_slot(slot, from, to)
         assert(reply == "OK" or reply == "NOKEY", reply)
         loop.sleep(0.05)  -- a reshard takes a while: let the daemon meet ASK and TRYAGAIN meanwhile
     end
+    -- the new owner first, then the old one, then the rest (as redis-cli --cluster reshard does),
+    -- so that no two nodes send a client back and forth
+    local order = { to, from }
     for i = 1, #self.nodes do
+        if i ~= to and i ~= from then
+            order[#order + 1] = i
+        end
+    end
+    for _, i in ipairs(order) do
         assert(self:cli(i, string.format("CLUSTER SETSLOT %d NODE %s", slot, to_id)) == "OK")
     end
 end

@@ -112,9 +112,23 @@ maybe("a 3-master Redis Cluster #compressed", function()
         end
         local dead_letters = c:cli(owner, "XLEN 'relay:" .. STREAM .. ":dlq'")
         publish(10)
+        -- A producer keeps publishing while the slot moves (one that is refused publishes again).
+        local produced = c.dir .. "/produced"
+        os.execute(string.format("(for i in $(seq 1 20); do until id=$(env REDIS_URL=%s REDIS_STREAM=%s %s " ..
+            "publish '{\"t\":\"ok\"}' 2>/dev/null); do sleep 0.05; done; echo \"$id\" >>%s; done; " ..
+            "echo done >>%s) >/dev/null 2>&1 &", c.nodes[target].url, cli.quote(STREAM), cli.quote(cli.binary()),
+            produced, produced))
         local slot = tonumber(c:cli(owner, "CLUSTER KEYSLOT '" .. STREAM .. "'"))
         c:move_slot(slot, owner, target)
-        publish(10)
+        local lines = d:wait_until(function()
+            local text = fs.read_file(produced) or ""
+            return text:find("done\n", 1, true) and text
+        end, 60, "the producer's 20 events")
+        for id in lines:gmatch("(%d+%-%d+)\n") do
+            ids[#ids + 1] = id
+        end
+        assert.are.equal(30, #ids)
+        publish(5)
 
         local function succeeded(id)
             local v = c:cli(target, string.format("HGET 'relay:%s:inv:%s' wa/ok", STREAM, id))
