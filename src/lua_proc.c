@@ -251,8 +251,8 @@ check_proc(lua_State *L, int idx)
 }
 
 
-/* uid/gid (both or neither), nofile, no_core: the child's identity and
- * limits, applied after it joined its cgroups. */
+/* uid/gid (both or neither), nofile, no_core, die_with_parent: the
+ * child's identity and limits, applied after it joined its cgroups. */
 static void
 fill_identity(lua_State *L, relay_proc_opts *o)
 {
@@ -268,6 +268,9 @@ fill_identity(lua_State *L, relay_proc_opts *o)
     o->nofile = (long)opt_number(L, 1, "nofile", 0);
     lua_getfield(L, 1, "no_core");
     o->no_core = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "die_with_parent");
+    o->die_with_parent = lua_toboolean(L, -1);
     lua_pop(L, 1);
 }
 
@@ -344,6 +347,7 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
  * pass_fds (list: they become fds 3, 4, ...), control (true: a control
  * socket as the next descriptor; its lines come to on_line as stream
  * "control", see relay/proc.h), nofile, no_core (rlimits),
+ * die_with_parent (the kernel SIGKILLs the child when Relay ends),
  * uid and gid (setgroups({}), setgid, setuid before exec),
  * on_line = function(stream, line, partial), term_argv, kill_argv (driver
  * hooks run at the TERM and KILL steps of the deadline).

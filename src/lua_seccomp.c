@@ -14,6 +14,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "lua_common.h"
 #include "relay/seccomp_policy.h"
 
 
@@ -190,12 +191,8 @@ lua_seccomp_write_bpf(lua_State *L)
     if (rc != 0) {
         /* A truncated program must not be found and loaded by a later run. */
         unlink(path);
-        lua_pushnil(L);
-        lua_pushstring(L, err);
-        return 2;
     }
-    lua_pushboolean(L, 1);
-    return 1;
+    return relay_lua_push_status(L, rc, err);
 }
 
 

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -340,8 +341,21 @@ child_limits_and_ids(const relay_proc_opts *o, int errfd)
 }
 
 
+/* The kernel SIGKILLs the child when its parent ends, however it ends (a
+ * SIGKILL included); a parent already gone before the request is noticed
+ * here. Set after the identity change, which clears the request. */
 static void
-child_exec(const relay_proc_opts *o, const char *path, const int std[3], const int *fds, size_t n_fds, int errfd)
+child_die_with_parent(pid_t parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
+        _exit(127);
+    }
+}
+
+
+static void
+child_exec(const relay_proc_opts *o, const char *path, const int std[3], const int *fds, size_t n_fds, int errfd,
+           pid_t parent)
 {
     struct sigaction sa;
     sigset_t all;
@@ -365,6 +379,9 @@ child_exec(const relay_proc_opts *o, const char *path, const int std[3], const i
     child_cloexec_all();
     errfd = child_pass_fds(fds, n_fds, errfd);
     child_limits_and_ids(o, errfd);
+    if (o->die_with_parent) {
+        child_die_with_parent(parent);
+    }
     if (o->cwd != NULL && chdir(o->cwd) != 0) {
         child_fail(errfd, STAGE_CHDIR, 0);
     }
@@ -832,6 +849,7 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
     size_t n_fds;
     char path[4096];
     relay_proc *p;
+    pid_t parent;
 
     if (o->argv == NULL || o->argv[0] == NULL || o->n_pass_fds > MAX_PASS_FDS) {
         snprintf(err, errlen, o->argv == NULL || o->argv[0] == NULL ? "empty argv" : "too many pass_fds");
@@ -850,6 +868,7 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
     }
     n_fds = child_fd_list(o, ctl[1], fds);
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    parent = getpid();
     p->pid = fork();
     if (p->pid < 0) {
         snprintf(err, errlen, "fork: %s", strerror(errno));
@@ -859,7 +878,7 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
         int std[3] = {in[0], out[1], errp[1]};
 
         close(ep[0]);
-        child_exec(o, path, std, fds, n_fds, ep[1]);
+        child_exec(o, path, std, fds, n_fds, ep[1], parent);
     }
     close(in[0]);
     close(out[1]);

@@ -88,6 +88,7 @@ typedef struct relay_proc_opts {
     int no_core; /* 1: RLIMIT_CORE 0 */
     int set_ids; /* 1: setgroups({}), setgid(gid), setuid(uid) before exec */
     long uid, gid;
+    int die_with_parent; /* 1: the kernel SIGKILLs the child when this process ends */
     relay_proc_line_fn on_line;
     relay_proc_done_fn on_done;
     relay_proc_hook_fn on_hook;

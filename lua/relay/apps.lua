@@ -11,15 +11,18 @@
 --   apps.find(list, name)       -> app or nil
 --
 -- An app is
---   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid),
+--   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid; the
+--     first, with " (and N more)" when the template has more: errors lists them all),
 --     source = <template text>,
 --     runtime = { driver (nil = RELAY_RUNTIME), image ("host"), command (nil or argv list),
 --                 memory (bytes, 256Mi), pids (64), cpus (nil = no quota), network ("none"),
 --                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool) },
 --     concurrency (nil = MAX_CONCURRENCY),
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
---     schedules = { {name, handler, cron, every_ms, payload, payload_json, timeout_ms,
+--     schedules = { {name, handler, cron, every_ms, timezone (IANA name or nil),
+--                    zone (relay.tzif, with timezone), payload, payload_json, timeout_ms,
 --                    retries, line, col} ... },
+--     program_at = "FILE:LINE:COL" of runtime.command[1] (when given),
 --     reload_error (set by merge when a newer template was invalid and this is the last
 --                   good version) }
 -- Failure shapes: a directory that is not a valid app (bad name, no template.yaml) is an
@@ -32,6 +35,7 @@ local cron = require("relay.cron")
 local fs = require("relay.fs")
 local safefs = require("relay.core.safefs")
 local textutil = require("relay.text")
+local tzif = require("relay.tzif")
 local constants = require("relay.constants")
 
 local _M = {}
@@ -72,13 +76,29 @@ local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
 local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init",
     "nofile", "seccomp" }
 local EVENT_KEYS = { "handler", "pattern", "timeout", "retries" }
-local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "payload", "timeout", "retries" }
+local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "timezone", "payload", "timeout", "retries" }
 
 local TEMPLATE_ERROR = {} -- tag of the errors raised inside validation
 
 
 local function fail(ctx, node, fmt, ...)
     error({ [TEMPLATE_ERROR] = yaml.where(ctx.file, node) .. ": " .. string.format(fmt, ...) }, 0)
+end
+
+
+--- fn(ctx, ...), or nil after noting its template error in ctx.errors, so
+-- that one run reports every independent mistake of a file (each part of
+-- the root and each entry; within one part the first error stops it).
+local function collecting(ctx, fn, ...)
+    local ok, res = pcall(fn, ctx, ...)
+    if ok then
+        return res
+    end
+    if type(res) == "table" and res[TEMPLATE_ERROR] then
+        ctx.errors[#ctx.errors + 1] = res[TEMPLATE_ERROR]
+        return nil
+    end
+    error(res, 0)
 end
 
 
@@ -299,6 +319,7 @@ local RUNTIME_CHECKS = {
     end,
     command = function(ctx, node, rt)
         rt.command = validate_command(ctx, node)
+        ctx.program_node = node.items[1]
     end,
     memory = function(ctx, node, rt)
         if node.kind ~= "scalar" then
@@ -349,9 +370,13 @@ local function validate_runtime(ctx, node)
         return rt
     end
     expect_map(ctx, node, "runtime", "e.g. {command: [python3, /app/main.py]}")
-    check_keys(ctx, node, RUNTIME_KEYS, "runtime")
     for i, key in ipairs(node.keys) do
-        RUNTIME_CHECKS[key.text](ctx, node.values[i], rt)
+        local check = RUNTIME_CHECKS[key.text]
+        if check then
+            collecting(ctx, check, node.values[i], rt)
+        else
+            collecting(ctx, check_keys, { keys = { key } }, RUNTIME_KEYS, "runtime")
+        end
     end
     return rt
 end
@@ -477,6 +502,27 @@ local function validate_trigger(ctx, entry, what, sched)
 end
 
 
+--- `timezone:` (cron only: an interval is aligned to the epoch, not to a
+-- wall clock). The zone is loaded once, here.
+local function validate_timezone(ctx, entry, what, sched)
+    local node, key = field(entry, "timezone")
+    if not node then
+        return
+    end
+    local name = expect_string(ctx, node, what .. ".timezone")
+    if not sched.cron then
+        fail(ctx, key, "%s.timezone applies to cron schedules only (every is counted from the Unix epoch)", what)
+    end
+    local zone, err = tzif.load(name)
+    if not zone then
+        local guess = tzif.similar(name)
+        fail(ctx, node, "%s.timezone: %s; %s", what, err, guess and ("did you mean " .. guess .. "?")
+            or "use an IANA name such as Europe/Berlin or America/New_York")
+    end
+    sched.timezone, sched.zone = name, zone
+end
+
+
 local function validate_schedule(ctx, entry, index, seen)
     local what = string.format("schedules[%d]", index)
     expect_map(ctx, entry, what, "with name, handler and cron or every")
@@ -493,6 +539,7 @@ local function validate_schedule(ctx, entry, index, seen)
     local sched = { name = name, handler = handler, line = entry.line, col = entry.col,
         payload = yaml.null, payload_json = "null" }
     validate_trigger(ctx, entry, what, sched)
+    validate_timezone(ctx, entry, what, sched)
     local payload = field(entry, "payload")
     if payload then
         local json, err, bad = yaml.to_json(payload)
@@ -509,18 +556,17 @@ end
 local function validate_entries(ctx, root, key, validate_one)
     local node = field(root, key)
     local out, seen = {}, {}
-    if node == nil then
+    if node == nil or not collecting(ctx, expect_list, node, key) then
         return out
     end
-    expect_list(ctx, node, key)
     for i, entry in ipairs(node.items) do
-        out[i] = validate_one(ctx, entry, i, seen)
+        out[#out + 1] = collecting(ctx, validate_one, entry, i, seen)
     end
     return out
 end
 
 
-local function validate_root(ctx, root, app)
+local function expect_root_map(ctx, root)
     if root.kind ~= "map" then
         if yaml.is_null(root) then
             fail(ctx, root, "the template is empty; expected a map with %s", table.concat(TOP_KEYS, ", "))
@@ -528,10 +574,23 @@ local function validate_root(ctx, root, app)
         fail(ctx, root, "a template must be a map with %s, not %s", table.concat(TOP_KEYS, ", "),
             yaml.describe(root))
     end
-    check_keys(ctx, root, TOP_KEYS, "template")
-    app.runtime = validate_runtime(ctx, (field(root, "runtime")))
+    return root
+end
+
+
+local function validate_concurrency(ctx, node)
+    return expect_int(ctx, node, "concurrency", 1, _M.MAX_CONCURRENCY)
+end
+
+
+local function validate_root(ctx, root, app)
+    if not collecting(ctx, expect_root_map, root) then
+        return
+    end
+    collecting(ctx, check_keys, root, TOP_KEYS, "template")
+    app.runtime = collecting(ctx, validate_runtime, (field(root, "runtime")))
     local conc = field(root, "concurrency")
-    app.concurrency = conc and expect_int(ctx, conc, "concurrency", 1, _M.MAX_CONCURRENCY) or nil
+    app.concurrency = conc and collecting(ctx, validate_concurrency, conc) or nil
     app.events = validate_entries(ctx, root, "events", validate_event)
     app.schedules = validate_entries(ctx, root, "schedules", validate_schedule)
 end
@@ -559,14 +618,16 @@ function _M.validate(text, path, name, app_dir)
     if not root then
         return invalid(app, err)
     end
-    local ok, res = pcall(validate_root, { file = path }, root, app)
-    if not ok then
-        if type(res) == "table" and res[TEMPLATE_ERROR] then
-            return invalid(app, res[TEMPLATE_ERROR])
-        end
-        error(res, 0)
+    local ctx = { file = path, errors = {} }
+    validate_root(ctx, root, app)
+    if #ctx.errors > 0 then
+        local more = #ctx.errors - 1
+        invalid(app, ctx.errors[1] .. (more > 0 and string.format(" (and %d more)", more) or ""))
+        app.errors = ctx.errors
+        return app
     end
     app.state = "ok"
+    app.program_at = ctx.program_node and yaml.where(path, ctx.program_node)
     return app
 end
 

@@ -240,9 +240,12 @@ local function parse_concurrency(value)
 end
 
 
+-- The accepted values of each parser made by one_of, for --help.
+local CHOICES = setmetatable({}, { __mode = "k" })
+
 local function one_of(...)
     local allowed = { ... }
-    return function(value)
+    local parse = function(value)
         for _, option in ipairs(allowed) do
             if value == option then
                 return value
@@ -250,6 +253,8 @@ local function one_of(...)
         end
         return nil, "must be one of " .. table.concat(allowed, ", ")
     end
+    CHOICES[parse] = allowed
+    return parse
 end
 
 
@@ -340,19 +345,21 @@ local function parse_dlq_maxlen(value)
 end
 
 
-local function setting(var, flag, key, default, parse)
-    SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse }
+local function setting(var, flag, key, default, parse, default_help)
+    SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse,
+        default_help = default_help }
     SETTINGS_BY_KEY[key] = SETTINGS[#SETTINGS]
 end
 
 setting("REDIS_URL", "redis-url", "redis_url", "redis://127.0.0.1:6379/0", _M.parse_redis_url)
 setting("REDIS_STREAM", "stream", "stream", "events", parse_nonempty_name)
 setting("REDIS_GROUP", "group", "group", "relay", parse_nonempty_name)
-setting("RELAY_CONSUMER", "consumer", "consumer", _M.hostname, parse_consumer)
+setting("RELAY_CONSUMER", "consumer", "consumer", _M.hostname, parse_consumer, "this host's name")
 setting("MAX_CONCURRENCY", "max-concurrency", "max_concurrency", "4", parse_concurrency)
 setting("RELAY_APPS", "apps", "apps", "./apps", parse_path)
 setting("RELAY_RUNTIME", "runtime", "runtime", "auto", one_of("auto", "runc", "bwrap", "docker", "podman"))
-setting("RELAY_STATE_DIR", "state-dir", "state_dir", default_state_dir, parse_path)
+setting("RELAY_STATE_DIR", "state-dir", "state_dir", default_state_dir, parse_path,
+    "/run/relay as root, else $XDG_RUNTIME_DIR/relay or /tmp/relay-UID")
 setting("RELAY_LOG_LEVEL", "log-level", "log_level", "info", one_of("debug", "info", "warn", "error"))
 setting("RELAY_LOG_FORMAT", "log-format", "log_format", "text", one_of("text", "json"))
 setting("RELAY_METRICS_ADDR", "metrics-addr", "metrics_addr", nil, parse_listen_addr)
@@ -369,6 +376,21 @@ local function flag_field(flag)
 end
 
 
+--- "overrides VAR; one of a|b; default x": what --help says of a setting.
+local function flag_help(s)
+    local parts = { "overrides " .. s.var }
+    if CHOICES[s.parse] then
+        parts[#parts + 1] = "one of " .. table.concat(CHOICES[s.parse], "|")
+    end
+    if type(s.default) == "string" then
+        parts[#parts + 1] = "default " .. s.default
+    elseif type(s.default) == "function" then
+        parts[#parts + 1] = "default: " .. (s.default_help or "computed")
+    end
+    return table.concat(parts, "; ")
+end
+
+
 --- Adds the flags of the named config keys (all when keys is nil) to an
 -- argparse command.
 function _M.add_flags(parser, keys)
@@ -381,7 +403,7 @@ function _M.add_flags(parser, keys)
     end
     for _, s in ipairs(SETTINGS) do
         if s.flag and (not wanted or wanted[s.key]) then
-            parser:option("--" .. s.flag, "overrides " .. s.var):argname("<value>")
+            parser:option("--" .. s.flag, flag_help(s)):argname("<value>")
         end
     end
 end
@@ -401,7 +423,9 @@ end
 -- over the default) and where it came from.
 local function raw_value(s, env, flags)
     local from_flag = s.flag and flags[flag_field(s.flag)]
-    if from_flag ~= nil then
+    -- a string: argparse also sets a field true for the command named
+    -- (`relay consumer …` sets args.consumer)
+    if type(from_flag) == "string" then
         return from_flag, "--" .. s.flag
     end
     if env[s.var] ~= nil then

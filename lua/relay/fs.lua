@@ -60,6 +60,24 @@ function _M.is_executable(path)
 end
 
 
+--- What path is, without following a final symlink: "link", "dir",
+-- "file" or "other"; nil when it does not exist.
+function _M.kind(path)
+    local mode = mode_of(path, false)
+    if not mode then
+        return nil
+    end
+    if stat.S_ISLNK(mode) ~= 0 then
+        return "link"
+    elseif stat.S_ISDIR(mode) ~= 0 then
+        return "dir"
+    elseif stat.S_ISREG(mode) ~= 0 then
+        return "file"
+    end
+    return "other"
+end
+
+
 --- Target of a symlink, or nil if path is not one.
 function _M.readlink(path)
     return (unistd.readlink(path))

@@ -279,15 +279,17 @@ function Lifecycle:release_unanswered()
 end
 
 
+--- Dead-letters a recorded invocation whose handler is gone.
+-- @return "exhausted", dlq_id | "terminal" | "running" | nil, err
 function Lifecycle:exhaust(msg, label, reason)
     local app, handler = label:match("^(.-)/(.*)$")
     local args = append({ label, reason, self.instance_prefix }, self:dlq_context(msg, app, handler))
     local value, err, kind = self:eval_declaring_instance(self.client, scripts.exhaust,
         { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
-    if value == nil then
-        return nil, err, kind
+    if type(value) == "table" then
+        return value[1], value[2]
     end
-    return value
+    return value, err, kind
 end
 
 

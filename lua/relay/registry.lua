@@ -67,6 +67,11 @@ function Registry:reload()
         return nil, labels_or_err
     end
     report_changes(changes)
+    if #merged == 0 and (not self.loaded_fingerprint or #self.list > 0) then
+        -- most often a wrong --apps/RELAY_APPS: said once, not at every reload
+        log.warn("no apps: every event is acknowledged unmatched until one is added",
+            { apps_dir = self.apps_dir })
+    end
     self.loaded_fingerprint = fingerprint
     self.list, self.matcher, self.labels, self.rules = merged, matcher, labels_or_err, rules
     self.by_name = {}

@@ -207,7 +207,7 @@ end
 -- instance_prefix, backoff_csv, own ("1": this daemon holds no other claim on the invocation), then DLQ
 -- context pairs.
 -- Returns {"start", attempt, previous_marker} | {"skip", why, wait_ms[, lost attempt]} |
--- {"exhausted", attempt} (a lost last attempt, dead-lettered now).
+-- {"exhausted", attempt, dlq_id} (a lost last attempt, dead-lettered now).
 -- A `running` marker under this very token is the claim of an earlier
 -- TryStart whose reply was lost (the caller retries with the token of the
 -- unanswered call): it is ours, and starts. One of the caller's own
@@ -236,9 +236,9 @@ if marker then
         return {'skip', 'terminal', 0}
     end
     if p[1] == 'exhausted' then
-        write_dlq(dlq, pairs_from(8), 'exhausted', attempt, now)
+        local id = write_dlq(dlq, pairs_from(8), 'exhausted', attempt, now)
         redis.call('HSET', inv, field, marker .. ':dlq')
-        return {'exhausted', attempt}
+        return {'exhausted', attempt, id}
     end
     if p[1] == 'running' then
         if p[3] == token or (own and token_instance(p[3]) == token_instance(token)) then
@@ -255,9 +255,9 @@ if marker then
         end
         if attempt >= max_attempts then
             local ctx = pairs_from(8)
-            write_dlq(dlq, ctx, 'worker lost during attempt', attempt, now)
+            local id = write_dlq(dlq, ctx, 'worker lost during attempt', attempt, now)
             redis.call('HSET', inv, field, 'exhausted:' .. attempt .. ':' .. p[3] .. ':dlq')
-            return {'exhausted', attempt}
+            return {'exhausted', attempt, id}
         end
         local wait = backoff(ladder, attempt)
         redis.call('HSET', inv, field, 'waiting:' .. attempt .. ':' .. (now + wait))
@@ -636,7 +636,7 @@ return {'claimed', claimed}
 --- Dead-letters a recorded invocation at once (its handler was removed).
 -- KEYS: inv, dlq, stream, the instance key of a running claim's holder. ARGV: field, reason,
 -- instance_prefix, then DLQ pairs.
--- Returns "exhausted", "terminal", "running" or {"declare", instance key}.
+-- Returns {"exhausted", dlq_id}, "terminal", "running" or {"declare", instance key}.
 _M.exhaust = PRELUDE .. [==[
 local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
 local field, reason, instance_prefix = ARGV[1], ARGV[2], ARGV[3]
@@ -659,9 +659,9 @@ if p[1] == 'running' and now < tonumber(p[4]) then
     end
 end
 local token = p[1] == 'waiting' and 'removed' or p[3]
-write_dlq(dlq, pairs_from(4), reason, tonumber(p[2]), now)
+local id = write_dlq(dlq, pairs_from(4), reason, tonumber(p[2]), now)
 redis.call('HSET', inv, field, 'exhausted:' .. p[2] .. ':' .. token .. ':dlq')
-return 'exhausted'
+return {'exhausted', id}
 ]==]
 
 

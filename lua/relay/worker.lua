@@ -257,8 +257,7 @@ function Worker:dead_letter_malformed(msg)
             { message_id = msg.id, error = err })
         return
     end
-    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)
-    log.warn("malformed message dead-lettered", { message_id = msg.id, reason = msg.reason, dlq_id = id })
+    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)  -- logs the dead letter too
 end
 
 
@@ -734,6 +733,21 @@ function Worker:kill_containers()
 end
 
 
+--- Ends the process at once (a forced stop); the embedder's before_exit
+-- (relay dev: stop its private Redis) runs first, since nothing after
+-- loop.exit does.
+function Worker:exit_now(code)
+    if self.before_exit then
+        local ok, err = pcall(self.before_exit)
+        if not ok then
+            log.error("before_exit failed", { error = tostring(err) })
+        end
+    end
+    io.stdout:flush()
+    loop.exit(code)
+end
+
+
 function Worker:install_signals()
     local function on_stop(signum)
         if self.shutdown.draining then
@@ -742,8 +756,7 @@ function Worker:install_signals()
             -- sleeps, and must then exit with this code too
             self.shutdown:force(signum)
             self:kill_containers()
-            io.stdout:flush()
-            loop.exit(self.shutdown.exit_code)
+            self:exit_now(self.shutdown.exit_code)
         end
         log.info("draining: no new reads or starts; running invocations finish", { signal = signum })
         self.shutdown:drain()
@@ -828,8 +841,7 @@ function Worker:drain()
         -- forced stop (second signal): the killed containers were reaped (no
         -- invocation is running), their state stays for recovery; the
         -- process exits 128+signal, not 0
-        io.stdout:flush()
-        loop.exit(self.shutdown.exit_code)
+        self:exit_now(self.shutdown.exit_code)
     end
     local unanswered = self.life:release_unanswered()
     if unanswered > 0 then
@@ -864,12 +876,14 @@ function Worker:start_loops()
 end
 
 
---- Runs the daemon until drained. opts.on_ready(worker) runs once ready.
+--- Runs the daemon until drained. opts.on_ready(worker) runs once ready;
+-- opts.before_exit() before a forced stop ends the process.
 function _M.run(cfg, opts)
     opts = opts or {}
     log.configure(cfg.log_level, cfg.log_format)
     log.start_async()  -- from now on the loop never waits for the reader of stderr
     local w = new_worker(cfg, opts.constants or constants)
+    w.before_exit = opts.before_exit
     w:connect()
     w.guard:claim()
     w:install_signals()
@@ -882,6 +896,9 @@ function _M.run(cfg, opts)
     clock.start(w.client, w.constants.heartbeat_every_ms)
     log.info("relay started", { stream = cfg.stream, group = cfg.group, consumer = cfg.consumer,
         instance = w.instance, apps = #w.registry.list, max_concurrency = cfg.max_concurrency })
+    if w.constants.compressed then
+        log.warn("test build: lifecycle waits are compressed (seconds for minutes); not for production")
+    end
     w:housekeeping()
     observe.start(w.obs, w:started_info())
     w:start_loops()

@@ -34,6 +34,37 @@ end
 
 
 describe("template validation", function()
+    it("reports every independent error of a file, not only the first", function()
+        local app = validate([[
+runtime:
+  command: [run]
+  memroy: 64Mi
+  pids: -1
+concurrency: 0
+events:
+  - handler: a
+    pattern: {t: [x]}
+    timeout: 99h
+  - handler: b
+    pattern: {t: x}
+  - handler: c
+    pattern: {t: [ok]}
+schedules:
+  - name: tick
+    handler: t
+    every: 0s
+]])
+        assert.are.equal("invalid", app.state)
+        assert.are.equal(6, #app.errors, table.concat(app.errors, "\n"))
+        local lines = {}
+        for i, err in ipairs(app.errors) do
+            lines[i] = tonumber(err:match("^" .. PATH .. ":(%d+):%d+: "))
+        end
+        assert.are.same({ 3, 4, 5, 9, 11, 17 }, lines)
+        assert.matches('unknown key "memroy" in runtime; did you mean memory%?', app.errors[1])
+        assert.are.equal(app.errors[1] .. " (and 5 more)", app.error)
+    end)
+
     it("accepts the reference example and applies its values", function()
         local app = ok([[
 runtime:
@@ -124,7 +155,7 @@ schedules:
             .. "(allowed: handler, pattern, timeout, retries)")
         invalid(with("schedules:\n  - name: n\n    handler: h\n    every: 1s\n    paylod: 1\n"),
             PATH .. ':7:5: unknown key "paylod" in schedules[1]; did you mean payload? '
-            .. "(allowed: name, handler, cron, every, payload, timeout, retries)")
+            .. "(allowed: name, handler, cron, every, timezone, payload, timeout, retries)")
         invalid(with("zzz: 1\n"), PATH .. ':3:1: unknown key "zzz" in template '
             .. "(allowed: runtime, concurrency, events, schedules)")
     end)

@@ -19,6 +19,23 @@ describe("commands", function()
                 groups[entry[1]] = true
             end
         end
-        assert.are.same({ app = true, dlq = true, schedule = true }, groups)
+        assert.are.same({ app = true, consumer = true, dlq = true, schedule = true }, groups)
+    end)
+
+    it("exits 70 (EX_SOFTWARE) on an internal error, not 1 (not found)", function()
+        local real = package.loaded["relay.cmd.version"]
+        package.loaded["relay.cmd.version"] = {
+            configure = function() end,
+            execute = function() error("a bug") end,
+        }
+        local real_stderr = io.stderr
+        local said = {}
+        rawset(io, "stderr", { write = function(_, ...) for _, s in ipairs({ ... }) do said[#said + 1] = s end end })
+        local ok, code = pcall(cli.main, { "version" })
+        rawset(io, "stderr", real_stderr)
+        package.loaded["relay.cmd.version"] = real
+        assert.is_true(ok, code)
+        assert.are.equal(70, code)
+        assert.matches("internal error: .*a bug", table.concat(said))
     end)
 end)

@@ -7,6 +7,7 @@ local config = require("relay.config")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
 local keys = require("relay.keys")
+local listing = require("relay.listing")
 local redis = require("relay.redis")
 local runtime = require("relay.runtime")
 
@@ -15,6 +16,7 @@ local _M = {}
 
 function _M.configure(cmd)
     cmd:flag("--json", "One JSON object per app.")
+    listing.add_flags(cmd)
     config.add_flags(cmd, { "apps", "runtime", "max_concurrency", "redis_url", "stream" })
 end
 
@@ -126,6 +128,7 @@ function _M.execute(args)
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
         consumer = cfg.consumer, stream = cfg.stream, group = cfg.group })
     local paused = _M.paused_apps(cfg) or {}
+    listing.header(args, { "NAME", "STATE", "DRIVER", "HANDLERS", "SCHEDULES", "CONCURRENCY", "NOTE" })
     for _, app in ipairs(list) do
         local row = _M.row(rt, cfg, app, paused)
         io.stdout:write(args.json and _M.json(row) or _M.format(row), "\n")
