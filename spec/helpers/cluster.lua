@@ -133,29 +133,44 @@ function Cluster:non_owner(key)
 end
 
 
---- Moves one slot from node `from` to node `to` as a reshard does: IMPORTING
--- and MIGRATING, MIGRATE of its keys a few at a time, then the new owner
--- announced to every node.
-function Cluster:move_slot(slot, from, to)
+--- The first step of moving a slot from node `from` to node `to`:
+-- IMPORTING on the new owner, MIGRATING on the old one.
+function Cluster:begin_migration(slot, from, to)
     local from_id, to_id = self:cli(from, "CLUSTER MYID"), self:cli(to, "CLUSTER MYID")
     assert(self:cli(to, string.format("CLUSTER SETSLOT %d IMPORTING %s", slot, from_id)) == "OK")
     assert(self:cli(from, string.format("CLUSTER SETSLOT %d MIGRATING %s", slot, to_id)) == "OK")
+end
+
+
+--- MIGRATE of keys (a list) from node `from` to node `to`.
+function Cluster:migrate(from, to, keys)
+    local quoted = {}
+    for i, key in ipairs(keys) do
+        quoted[i] = "'" .. key .. "'"
+    end
+    local reply = self:cli(from, string.format("MIGRATE 127.0.0.1 %d '' 0 5000 KEYS %s", self.nodes[to].port,
+        table.concat(quoted, " ")))
+    assert(reply == "OK" or reply == "NOKEY", reply)
+end
+
+
+--- The rest of a slot's move: its keys a few at a time, then the new owner
+-- announced to every node (the new owner first, then the old one, then the
+-- rest, as redis-cli --cluster reshard does, so that no two nodes send a
+-- client back and forth).
+function Cluster:finish_migration(slot, from, to)
     while true do
-        local keys = self:cli(from, string.format("CLUSTER GETKEYSINSLOT %d 3", slot))
-        if keys == "" then
+        local keys = {}
+        for key in self:cli(from, string.format("CLUSTER GETKEYSINSLOT %d 3", slot)):gmatch("[^\n]+") do
+            keys[#keys + 1] = key
+        end
+        if #keys == 0 then
             break
         end
-        local quoted = {}
-        for key in keys:gmatch("[^\n]+") do
-            quoted[#quoted + 1] = "'" .. key .. "'"
-        end
-        local reply = self:cli(from, string.format("MIGRATE 127.0.0.1 %d '' 0 5000 KEYS %s", self.nodes[to].port,
-            table.concat(quoted, " ")))
-        assert(reply == "OK" or reply == "NOKEY", reply)
+        self:migrate(from, to, keys)
         loop.sleep(0.05)  -- a reshard takes a while: let the daemon meet ASK and TRYAGAIN meanwhile
     end
-    -- the new owner first, then the old one, then the rest (as redis-cli --cluster reshard does),
-    -- so that no two nodes send a client back and forth
+    local to_id = self:cli(to, "CLUSTER MYID")
     local order = { to, from }
     for i = 1, #self.nodes do
         if i ~= to and i ~= from then
@@ -165,6 +180,13 @@ function Cluster:move_slot(slot, from, to)
     for _, i in ipairs(order) do
         assert(self:cli(i, string.format("CLUSTER SETSLOT %d NODE %s", slot, to_id)) == "OK")
     end
+end
+
+
+--- Moves one slot from node `from` to node `to` as a reshard does.
+function Cluster:move_slot(slot, from, to)
+    self:begin_migration(slot, from, to)
+    self:finish_migration(slot, from, to)
 end
 
 

@@ -5,8 +5,10 @@
 local build = require("relay.core.build")
 local cli = require("helpers.cli")
 local cluster = require("helpers.cluster")
+local config = require("relay.config")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
+local redis = require("relay.redis")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
@@ -147,5 +149,28 @@ maybe("a 3-master Redis Cluster #compressed", function()
         end, 20, "every entry acknowledged")
         assert.are.equal(dead_letters, c:cli(target, "XLEN 'relay:" .. STREAM .. ":dlq'"))
         assert.is_true(d:alive())
+    end)
+
+    it("follows ASK during a migration, a script the importing node lacks included, then MOVED", function()
+        local owner = c:owner(STREAM)
+        local target = owner % 3 + 1
+        local cfg = assert(config.load({ REDIS_URL = c.nodes[owner].url, REDIS_STREAM = STREAM }))
+        local client = assert(redis.connect(cfg))
+        local length = client:call("XLEN", STREAM)
+        assert.is_number(length)
+        local script = "return {redis.call('XLEN', KEYS[1]), '" .. c.dir .. "'}"  -- a text no node has loaded
+        assert.are.same({ length, c.dir }, redis.eval(client, script, { STREAM }, {}))
+
+        local slot = tonumber(c:cli(owner, "CLUSTER KEYSLOT '" .. STREAM .. "'"))
+        c:begin_migration(slot, owner, target)
+        c:migrate(owner, target, { STREAM })  -- the stream alone has moved: the old owner answers ASK
+        assert.are.equal(length, client:call("XLEN", STREAM))
+        local value, err = redis.eval(client, script, { STREAM }, {})
+        assert.are.same({ length, c.dir }, value, err)
+
+        c:finish_migration(slot, owner, target)
+        assert.are.equal(length, client:call("XLEN", STREAM))  -- MOVED: now on the new owner
+        assert.are.same({ length, c.dir }, redis.eval(client, script, { STREAM }, {}))
+        client:close()
     end)
 end)
