@@ -7,6 +7,7 @@ local _M = {}
 
 local MAX_CONCURRENCY_LIMIT = 1024
 local MAX_EVENT_BYTES_LIMIT = 512 * 1024 * 1024
+local SENTINEL_PORT = 26379  -- Redis Sentinel's own default
 
 -- variable, flag, config key, default (a function for computed defaults), parser
 local SETTINGS = {}
@@ -58,24 +59,61 @@ local function parse_db(text)
 end
 
 
+--- user:password@ (or :password@) before an address: sets addr.user and
+-- addr.password. @return true | nil, reason
+local function parse_credentials(auth, addr)
+    if auth == "" then
+        return true
+    end
+    local user, password = auth:sub(1, -2):match("^([^:]*):(.*)$")
+    if not user then
+        return nil, "credentials must be user:password@ (or :password@)"
+    end
+    addr.user = user ~= "" and percent_decode(user) or nil
+    addr.password = percent_decode(password)
+    return true
+end
+
+
+--- A unix URL's query: db=N and password=P, joined by &.
+local function parse_unix_query(query, addr)
+    for pair in query:gmatch("[^&]+") do
+        local name, value = pair:match("^([^=]+)=(.*)$")
+        if name == "db" then
+            local db, err = parse_db(value)
+            if not db then
+                return nil, err
+            end
+            addr.db = db
+        elseif name == "password" then
+            addr.password = percent_decode(value)
+        else
+            return nil, "the query parameters are db=N and password=P"
+        end
+    end
+    return true
+end
+
+
 local function parse_unix_url(rest)
-    local path, query = rest:match("^(/[^?]*)(.*)$")
+    -- A socket path holds no "@" in practice; a password may, percent-encoded.
+    local auth, after = rest:match("^([^/]*@)(/.*)$")
+    if not auth then
+        auth, after = "", rest
+    end
+    local path, query = after:match("^(/[^?]*)%??(.*)$")
     if not path or path == "/" then
-        return nil, "a unix URL needs an absolute socket path (unix:///path/to/sock)"
+        return nil, "a unix URL needs an absolute socket path (unix://[user:password@]/path/to/sock)"
     end
-    local db = 0
-    if query ~= "" then
-        local value = query:match("^%?db=(.*)$")
-        if not value then
-            return nil, "the only query parameter is ?db=N"
-        end
-        local err
-        db, err = parse_db(value)
-        if not db then
-            return nil, err
-        end
+    local addr = { path = path, db = 0 }
+    local ok, err = parse_credentials(auth, addr)
+    if ok then
+        ok, err = parse_unix_query(query, addr)
     end
-    return { path = path, db = db }
+    if not ok then
+        return nil, err
+    end
+    return addr
 end
 
 
@@ -85,13 +123,9 @@ local function parse_tcp_url(rest)
         auth, hostport, path = "", rest:match("^([^/]*)(/?.*)$")
     end
     local addr = { db = 0 }
-    if auth ~= "" then
-        local user, password = auth:sub(1, -2):match("^([^:]*):(.*)$")
-        if not user then
-            return nil, "credentials must be user:password@ (or :password@)"
-        end
-        addr.user = user ~= "" and percent_decode(user) or nil
-        addr.password = percent_decode(password)
+    local ok, err = parse_credentials(auth, addr)
+    if not ok then
+        return nil, err
     end
     local host, port = hostport:match("^%[(.+)%]:?(%d*)$")
     if not host then
@@ -106,7 +140,6 @@ local function parse_tcp_url(rest)
     end
     addr.host, addr.port = host, port
     if path ~= "" and path ~= "/" then
-        local err
         addr.db, err = parse_db(path:sub(2))
         if not addr.db then
             return nil, err
@@ -116,8 +149,44 @@ local function parse_tcp_url(rest)
 end
 
 
---- Parses a REDIS_URL into an address table for relay.core.redis.
--- @return {host, port, path, user, password, db} | nil, reason
+--- redis+sentinel://[user:password@]host:port[,host:port…]/<master>[/db]:
+-- the Sentinels to ask, the name of the primary they watch, and the
+-- credentials and database of the primary.
+local function parse_sentinel_url(rest)
+    local auth, hosts, master, db = rest:match("^([^@/]*@)([^/]*)/([^/]+)/?(%d*)$")
+    if not auth then
+        auth, hosts, master, db = "", rest:match("^([^/]*)/([^/]+)/?(%d*)$")
+    end
+    if not hosts or hosts == "" then
+        return nil, "expected redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
+    end
+    local addr = { sentinels = {}, master = percent_decode(master), db = 0 }
+    local ok, err = parse_credentials(auth, addr)
+    if not ok then
+        return nil, err
+    end
+    for hostport in hosts:gmatch("[^,]+") do
+        local host, port = hostport:match("^%[?([^%]]-)%]?:(%d+)$")
+        host, port = host or hostport:match("^%[?([^%]:]+)%]?$"), tonumber(port or SENTINEL_PORT)
+        if not host or port < 1 or port > 65535 then
+            return nil, "expected host:port for each sentinel, not " .. hostport
+        end
+        addr.sentinels[#addr.sentinels + 1] = { host = host, port = port }
+    end
+    if db ~= "" then
+        addr.db, err = parse_db(db)
+        if not addr.db then
+            return nil, err
+        end
+    end
+    return addr
+end
+
+
+--- Parses a REDIS_URL into an address table for relay.core.redis (or, for
+-- Sentinel, for relay.redis_sentinel to find the primary with).
+-- @return {host, port, path, user, password, db} | {sentinels, master, user,
+--   password, db} | nil, reason
 function _M.parse_redis_url(url)
     local rest = url:match("^unix://(.*)$")
     if rest then
@@ -127,7 +196,22 @@ function _M.parse_redis_url(url)
     if rest then
         return parse_tcp_url(rest)
     end
-    return nil, "expected redis://[user:password@]host:port/db or unix:///path/to/sock[?db=N]"
+    rest = url:match("^redis%+sentinel://(.*)$")
+    if rest then
+        return parse_sentinel_url(rest)
+    end
+    return nil, "expected redis://[user:password@]host:port/db, unix://[user:password@]/path/to/sock[?db=N] or "
+        .. "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
+end
+
+
+--- A Redis URL as messages may show it: the password replaced by ***
+-- (user:password@, :password@, a password= query parameter), so that no
+-- log line, error or journald record carries it.
+function _M.mask_redis_url(url)
+    local masked = url:gsub("^([%w+]+://[^:/@]*:)[^@]*@", "%1***@")
+    masked = masked:gsub("([?&]password=)[^&]*", "%1***")
+    return masked
 end
 
 
@@ -364,7 +448,8 @@ local function setting_value(s, env, flags)
     end
     local value, err = s.parse(raw)
     if value == nil then
-        return nil, string.format("invalid %s=%s: %s", source, raw, err)
+        local shown = s.key == "redis_url" and _M.mask_redis_url(raw) or raw
+        return nil, string.format("invalid %s=%s: %s", source, shown, err)
     end
     return value
 end
@@ -384,7 +469,8 @@ function _M.load(env, flags)
         end
         cfg[s.key] = value
     end
-    cfg.redis_url_text = raw_value(SETTINGS_BY_KEY.redis_url, env, flags)
+    -- Only ever shown in messages, so it never holds the password.
+    cfg.redis_url_text = _M.mask_redis_url(raw_value(SETTINGS_BY_KEY.redis_url, env, flags))
     return cfg
 end
 

@@ -113,11 +113,17 @@ function _M.reporter(obs)
 end
 
 
---- Health: Redis connected (the command client) and the task scheduler
--- ticking. @return ok, reason
+--- Health: Redis connected (the command client), reads not refused (a
+-- read-only replica, a cluster node that does not own the stream, a group
+-- that cannot be recreated) and the task scheduler ticking.
+-- @return ok, reason
 function _M.health(obs)
     if not (obs.client and obs.client:connected()) then
         return false, "redis disconnected"
+    end
+    local blocker = obs.blocker and obs.blocker()
+    if blocker then
+        return false, blocker
     end
     if loop.monotonic() - (obs.loop_tick or 0) > STALL_S then
         return false, "event loop stalled"
@@ -204,9 +210,11 @@ function _M.new(cfg)
 end
 
 
---- Where the gauges and /healthz read from: { client, reader, slots }.
+--- Where the gauges and /healthz read from: { client, reader, slots,
+-- blocker = function → why no progress can be made, or nil }.
 function _M.watch(obs, sources)
     obs.client, obs.reader, obs.slots = sources.client, sources.reader, sources.slots
+    obs.blocker = sources.blocker
 end
 
 

@@ -170,7 +170,7 @@ maybe("observability of the daemon", function()
         if server then
             server:stop()
         end
-        runtime.remove_cgroup_dirs("relay/" .. CONSUMER)
+        runtime.remove_cgroup_dirs("relay/" .. runtime.root_name(CONSUMER, "events", "relay"))
     end)
 
     it("serves exact metric values for the workload", function()

@@ -126,6 +126,23 @@ describe("runtime", function()
         assert.has_error(function() p:sweep() end)
     end)
 
+
+    it("names a daemon's root, containers and cgroups after its consumer, stream and group", function()
+        local function rt(stream, group)
+            return runtime.new({ runtime = "auto", state_dir = STATE, consumer = "host-1", stream = stream,
+                group = group })
+        end
+        local orders, payments, other_group = rt("{orders}"), rt("payments"), rt("{orders}", "audit")
+        assert.matches("^" .. STATE:gsub("%p", "%%%0") .. "/host%-1%._orders_%.relay%.%x+$", orders.base_dir)
+        assert.matches("^relay%-host%-1%._orders_%.relay%.%x+$", orders.prefix)
+        assert.are.equal("relay/" .. orders.name, orders.cgroup_parent)
+        assert.are_not.equal(orders.name, payments.name)
+        assert.are_not.equal(orders.name, other_group.name)
+        -- sanitizing alone would make these two one name
+        assert.are_not.equal(rt("_orders_").name, orders.name)
+        assert.are.equal(orders.name, rt("{orders}", "relay").name)
+    end)
+
     it("resolves drivers", function()
         assert.are.equal("bwrap", runtime.resolve("bwrap"))
         assert.is_nil((runtime.resolve("lxc")))

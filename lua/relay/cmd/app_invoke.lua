@@ -119,7 +119,7 @@ function _M.execute(args)
     local stdin = read_event(args)
 
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer, private = true })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, private = true })
     -- runc: pay the kernel's cgroup-attach grace period in a helper while
     -- the bundle is written and runc starts (runc.lua, D.prewarm)
     local drv = rt:driver_for(app)

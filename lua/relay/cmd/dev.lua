@@ -92,13 +92,16 @@ end
 --- A REDIS_URL from the environment that does not answer is most often
 -- one an earlier `relay dev` printed: say how to get a private Redis.
 local function check_given_redis(cfg)
-    local client, err = require("relay.core.redis").connect_blocking(cfg.redis_url, CONNECT_TIMEOUT_S)
+    -- relay.redis: a Sentinel or Cluster URL is followed to the node that serves the stream
+    local client, err, kind = require("relay.redis").connect_blocking(cfg, CONNECT_TIMEOUT_S)
     if client then
         client:close()
         return
+    elseif kind ~= "io" then
+        exit.env(kind == "reply" and require("relay.redis_refusal").describe(err) or tostring(err))
     end
-    exit.env(string.format("cannot connect to redis (REDIS_URL=%s): %s; if it is left from an earlier "
-        .. "relay dev, `unset REDIS_URL` and relay dev starts a private Redis", cfg.redis_url_text, tostring(err)))
+    exit.env(string.format("%s; if it is left from an earlier relay dev, `unset REDIS_URL` and relay dev "
+        .. "starts a private Redis", tostring(err)))
 end
 
 

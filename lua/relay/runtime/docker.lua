@@ -49,7 +49,7 @@ function _M.make(engine, tweaks)
             images = {},
         }, { __index = D })
         -- who owns a container: the daemon sweeps exactly its own label
-        d.owner = rt.private and (rt.consumer .. ".invoke-" .. rt.pid) or rt.consumer
+        d.owner = rt.private and (rt.name .. ".invoke-" .. rt.pid) or rt.name
         return d
     end
 

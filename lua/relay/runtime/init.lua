@@ -431,15 +431,36 @@ function _M.resolve(name)
 end
 
 
+--- The name of a daemon's runtime root, container-name prefix and cgroup
+-- parent: consumer, stream and group, so that daemons of several streams
+-- (or groups) on one host with one consumer name and one state directory
+-- never share (or sweep) each other's. The hash keeps names unique where
+-- sanitizing ("{orders}" → "_orders_") or a "." inside a part would not.
+-- Without a stream (a context of no daemon's: specs, tools) it is the
+-- consumer name alone.
+function _M.root_name(consumer, stream, group)
+    consumer = consumer or "relay"
+    if not stream then
+        return _M.sanitize(consumer)
+    end
+    group = group or "relay"
+    local hash = require("relay.runtime.ids").hash(consumer .. "\0" .. stream .. "\0" .. group)
+    return _M.sanitize(string.format("%s.%s.%s.%08x", consumer, stream, group, hash))
+end
+
+
 --- A runtime context. opts: { runtime = cfg.runtime, state_dir, consumer,
--- private = true for `relay app invoke` }.
+-- stream, group, private = true for `relay app invoke` }.
 function _M.new(opts)
     local consumer = _M.sanitize(opts.consumer or "relay")
+    local name = _M.root_name(opts.consumer, opts.stream, opts.group)
     local pid = fs.getpid()
     local rt = {
         requested = opts.runtime or "auto",
         consumer = consumer,
-        prefix = "relay-" .. consumer,
+        identity = { consumer = opts.consumer or "relay", stream = opts.stream, group = opts.group },
+        name = name,
+        prefix = "relay-" .. name,
         pid = pid,
         seq = 0,
         private = opts.private and true or false,
@@ -448,8 +469,8 @@ function _M.new(opts)
         made_dirs = {},
         made_set = {},
     }
-    local base = (opts.state_dir or "/run/relay") .. "/" .. consumer
-    local cg = "relay/" .. consumer
+    local base = (opts.state_dir or "/run/relay") .. "/" .. name
+    local cg = "relay/" .. name
     -- The `image: host` rootfs (mountpoints and symlinks, never written at
     -- run time) is shared by the daemon and every invoke of the consumer:
     -- a fresh one makes the first container on it ~15 ms slower.
@@ -519,11 +540,14 @@ end
 
 -- Ownership of a consumer's runtime root: every daemon holds a shared lock
 -- on <root>/owner.lock for its whole life, and sweeping a root takes it
--- exclusive. The consumer name is the only part of the root's path, so a
--- daemon of another stream with the same name shares the root: while it
--- lives, nothing of the root is swept. The kernel drops the lock when its
--- process dies, however it dies.
+-- exclusive, so no root is swept while a process lives that uses it (a
+-- root named by the consumer alone, from before roots carried the stream,
+-- or a stale daemon the consumer guard has not stopped yet). The kernel
+-- drops the lock when its process dies, however it dies.
+-- <root>/identity names the root's consumer, stream and group (one a
+-- line), for the sweep of dead consumers' roots.
 local OWNER_LOCK = "owner.lock"
+local IDENTITY = "identity"
 local LOCK_RETRY_S = 0.05
 
 
@@ -574,6 +598,30 @@ local function hold_root(rt, fd)
 end
 
 
+--- Records whose root this is (best effort: without it a dead consumer's
+-- leftovers are left for its own next start).
+local function write_identity(rt)
+    local id = rt.identity
+    if id.stream then
+        fs.write_file(rt.shared_dir .. "/" .. IDENTITY,
+            table.concat({ id.consumer, id.stream, id.group or "relay", "" }, "\n"))
+    end
+end
+
+
+--- { consumer, stream, group } of a root: from its identity file, or for
+-- a root named by the consumer alone (before roots carried the stream),
+-- that name as the consumer of `default_stream`.
+local function read_identity(dir, name, default_stream, default_group)
+    local text = fs.read_file(dir .. "/" .. IDENTITY)
+    local consumer, stream, group = (text or ""):match("^([^\n]+)\n([^\n]+)\n([^\n]+)\n$")
+    if consumer then
+        return { consumer = consumer, stream = stream, group = group }
+    end
+    return { consumer = name, stream = default_stream, group = default_group, legacy = true }
+end
+
+
 --- A dead consumer's emptied directories (under its exclusive lock).
 local function tidy(rt)
     fs.rmdir(rt.shared_dir .. "/runc")
@@ -605,6 +653,7 @@ function _M.sweep(rt, opts)
     end
     if opts.hold then
         hold_root(rt, fd)
+        write_identity(rt)
     else
         close_fd(fd)
     end
@@ -632,21 +681,27 @@ end
 
 
 --- The roots of other consumers in this state directory that the daemon of
--- `rt` may clean: something left in them, holder_dead(name) (the caller's
--- look-up of the consumer key: gone, or a dead pid on this host) and no
--- live owner (the lock, checked by the sweep itself). Their containers,
--- bundles, dead invokes and empty cgroup leaves go, then the emptied
--- directories, so the next start skips them. runc and bwrap only: docker
--- and podman containers carry their consumer's label and are removed when
--- that consumer starts again. Returns how many containers were removed.
+-- `rt` may clean: something left in them, holder_dead(consumer, stream)
+-- (the caller's look-up of that stream's consumer key: gone, or a dead pid
+-- on this host) and no live owner (the lock, checked by the sweep itself).
+-- Their containers, bundles, dead invokes and empty cgroup leaves go, then
+-- the emptied directories, so the next start skips them. runc and bwrap
+-- only: docker and podman containers carry their root's label and are
+-- removed when that consumer starts again. Returns how many containers
+-- were removed.
 function _M.sweep_dead_consumers(rt, holder_dead)
     local state = rt.shared_dir:match("^(.*)/[^/]+$")
     local n = 0
     for _, e in ipairs(fs.list(state) or {}) do
-        if e.dir and not e.link and e.name ~= rt.consumer and e.name:match("^[%w_.-]+$") then
-            local other = _M.new({ runtime = rt.requested, state_dir = state, consumer = e.name,
-                images = rt.images_dir })
-            if has_leftovers(other) and holder_dead(e.name) then
+        if e.dir and not e.link and e.name ~= rt.name and e.name:match("^[%w_.+-]+$") then
+            local id = read_identity(state .. "/" .. e.name, e.name, rt.identity.stream, rt.identity.group)
+            local other = _M.new({ runtime = rt.requested, state_dir = state, consumer = id.consumer,
+                stream = not id.legacy and id.stream or nil, group = id.group, images = rt.images_dir })
+            -- A root of this daemon's own consumer name from before roots carried the stream:
+            -- its holder is this process under a new root name; only the lock can tell.
+            local own_legacy = id.legacy and id.consumer == rt.identity.consumer
+            if other.name == e.name and has_leftovers(other)
+                and (own_legacy or holder_dead(id.consumer, id.stream)) then
                 n = n + _M.sweep(other, { drivers = { "runc", "bwrap" }, tidy = true })
             end
         end
