@@ -16,6 +16,9 @@
 #include "lua_boot.h"
 #include "lua_bridge.h"
 
+/* EX_SOFTWARE: an error no command caught is a bug, not "not found" (1). */
+#define EXIT_INTERNAL_ERROR 70
+
 int luaopen_relay_core_loop(lua_State *L);
 int luaopen_relay_core_log(lua_State *L);
 int luaopen_relay_core_redis(lua_State *L);
@@ -155,7 +158,7 @@ relay_boot_run(struct ev_loop *loop, int argc, char **argv)
     if (push_cli_main(L, argc, argv) != 0) {
         exit_code = 2;
     } else if (relay_bridge_run_main(L, 1, &exit_code) != 0) {
-        exit_code = 1;
+        exit_code = EXIT_INTERNAL_ERROR;
     }
 
     fflush(stdout);

@@ -6,6 +6,7 @@ local keys = require("relay.keys")
 local listing = require("relay.listing")
 local log = require("relay.log")
 local redis = require("relay.redis")
+local refusal = require("relay.redis_refusal")
 local text = require("relay.text")
 
 local _M = {}
@@ -21,13 +22,13 @@ end
 function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local client = redis.connect_cli(cfg)
-    local list, err = consumers.list(client, cfg.stream, cfg.group, keys.for_stream(cfg.stream))
+    local list, err, kind = consumers.list(client, cfg.stream, cfg.group, keys.for_stream(cfg.stream))
     client:close()
     if not list then
         if tostring(err):find("NOGROUP", 1, true) then
             list = {}  -- no group yet: no consumers
         else
-            exit.env("cannot list the consumers: " .. tostring(err))
+            exit.env(kind == "reply" and refusal.describe(err) or ("cannot list the consumers: " .. tostring(err)))
         end
     end
     listing.header(args, { "NAME", "IDLE", "PENDING", "ALIVE" })

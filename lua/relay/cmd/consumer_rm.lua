@@ -7,6 +7,7 @@ local consumers = require("relay.consumers")
 local exit = require("relay.exit")
 local keys = require("relay.keys")
 local redis = require("relay.redis")
+local refusal = require("relay.redis_refusal")
 
 local _M = {}
 
@@ -59,9 +60,9 @@ function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local client = redis.connect_cli(cfg)
     local k = keys.for_stream(cfg.stream)
-    local list, err = consumers.list(client, cfg.stream, cfg.group, k)
+    local list, err, kind = consumers.list(client, cfg.stream, cfg.group, k)
     if not list then
-        exit.env("cannot list the consumers: " .. tostring(err))
+        exit.env(kind == "reply" and refusal.describe(err) or ("cannot list the consumers: " .. tostring(err)))
     end
     local _, heir = checked_target(list, cfg, args.name)
     -- without pending entries nothing is claimed: any other name will do

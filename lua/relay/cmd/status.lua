@@ -46,18 +46,10 @@ local function group_info(client, cfg)
 end
 
 
---- The group's consumers; alive: a live daemon's heartbeat holds the name
--- (its consumer key exists). A dead one is removed by a live replica once
--- it has been idle past the bound docs/lifecycle.md gives.
+--- The group's consumers (relay.consumers): a dead one is removed by a
+-- live replica once it has been idle past the bound docs/lifecycle.md gives.
 local function consumers(client, cfg, k)
-    local list = {}
-    local reply = must(client:call("XINFO", "CONSUMERS", cfg.stream, cfg.group))
-    for _, flat in ipairs(reply) do
-        local c = redis.pairs_to_table(flat)
-        local held = must(client:call("EXISTS", k.consumer(c.name)))
-        list[#list + 1] = { name = c.name, pending = c.pending, idle_ms = c.idle, alive = held == 1 }
-    end
-    return list
+    return must(require("relay.consumers").list(client, cfg.stream, cfg.group, k))
 end
 
 
