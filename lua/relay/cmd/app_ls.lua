@@ -126,7 +126,7 @@ function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local list = exit.or_env(apps.load_all(cfg.apps))
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer })
+        consumer = cfg.consumer, secrets_dir = cfg.secrets_dir, allowed_mounts = cfg.allowed_mounts })
     local paused = _M.paused_apps(cfg) or {}
     listing.header(args, { "NAME", "STATE", "DRIVER", "HANDLERS", "SCHEDULES", "CONCURRENCY", "NOTE" })
     for _, app in ipairs(list) do
