@@ -144,4 +144,17 @@ describe("secrets and mounts handed to the drivers", function()
         assert.are.same({}, fs.names(rt.base_dir .. "/secrets") or {})
         rt:close()
     end)
+
+    it("docker and podman refuse them rather than run without them", function()
+        for _, engine in ipairs({ "docker", "podman" }) do
+            local d = require("relay.runtime." .. engine).new(ctx())
+            d.bin = "/bin/true" -- present or not on this host: the refusal comes first
+            local app = make_app()
+            app.runtime.image = "example/app:1"
+            local ok, why = d:check(app)
+            assert.is_nil(ok)
+            assert.are.equal("runtime.secrets and runtime.mounts are not supported by the " .. engine ..
+                " driver yet (use runc or bwrap)", why)
+        end
+    end)
 end)

@@ -366,6 +366,27 @@ function D:secret_dir_fd(app, dir, files)
 end
 
 
+--- Where the invocation's secrets go, when it has any: <base>/secrets/<id>
+-- (made later), its parent made now. dir, true | nil, true (no secrets) |
+-- nil, nil, err.
+function D:secrets_dir(id, plan)
+    if #plan.secrets == 0 then
+        return nil, true
+    end
+    local parent = self.rt.base_dir .. "/secrets"
+    -- 0711: bwrap resolves a bind descriptor's path as the handler's uid;
+    -- the invocation's own directory (0500, the handler's) keeps others out
+    local ok, err = safefs.private_dir(parent, 457)
+    if not ok then
+        return nil, nil, err
+    end
+    if self.rt.private then
+        self.rt:made_dir(parent)
+    end
+    return parent .. "/" .. id, true
+end
+
+
 --- Descriptors of the invocation's secrets and mounts, appended to fds
 -- (after the ones open_fds opened): { binds, args_fd, control_fd,
 -- secrets_dir } for D:command, or nil, err (its secrets removed again).
@@ -379,12 +400,8 @@ function D:open_extra_fds(app, id, plan, fds)
         end
         return n
     end
-    local parent = self.rt.base_dir .. "/secrets"
-    local dir = parent .. "/" .. id
-    -- 0711: bwrap resolves a bind descriptor's path as the handler's uid;
-    -- the invocation's own directory (0500, the handler's) keeps others out
-    local ok, err = safefs.private_dir(parent, 457)
-    if ok and #plan.secret_files > 0 then
+    local dir, ok, err = self:secrets_dir(id, plan)
+    if dir and #plan.secret_files > 0 then
         extra.secrets_dir = dir
         ok, err = self:secret_dir_fd(app, dir, plan.secret_files)
         if ok then
@@ -398,13 +415,15 @@ function D:open_extra_fds(app, id, plan, fds)
         end
         add(ok, m.writable and "--bind-fd" or "--ro-bind-fd", m.target)
     end
-    if ok then
+    if ok and dir then
         local fd, aerr = env_args_fd(dir, plan.secrets)
         ok, err = not aerr, aerr
         extra.args_fd = fd and add(fd)
     end
     if not ok then
-        secret_files.remove(dir)
+        if dir then
+            secret_files.remove(dir)
+        end
         return nil, err
     end
     extra.control_fd = SECCOMP_FD + #fds
