@@ -85,6 +85,16 @@ cat /reference/input.txt
     app("outside", "  mounts: [{source: " .. ROOT .. "/elsewhere, target: /data}]\n", writer)
     app("escape", "  mounts: [{source: " .. ALLOWED .. "/etc-link, target: /data}]\n", writer)
     app("nosecret", "  secrets: [missing_key, env:SPEC_UNSET_VARIABLE]\n", writer)
+    -- an image whose mountpoints are symlinks out of it (the app author's
+    -- directory): Relay must not create them on the host
+    app("planted", "  mounts: [{source: " .. OUT .. ", target: /results/deep, writable: true}]\n" ..
+        "  secrets: [api_key]\n", writer)
+    local tpl = APPS .. "/planted/template.yaml"
+    write(tpl, (fs.read_file(tpl):gsub("image: host", "image: rootfs")))
+    assert(fs.mkdir_p(APPS .. "/planted/rootfs", 493))
+    assert(fs.mkdir_p(ROOT .. "/victim", 493))
+    assert(fs.symlink(ROOT .. "/victim", APPS .. "/planted/rootfs/results"))
+    assert(fs.symlink(ROOT .. "/victim", APPS .. "/planted/rootfs/run"))
 end
 
 
@@ -229,6 +239,13 @@ maybe("secrets and mounts under runc", function()
             assert.are.equal(125, r.code, r.stderr)
             assert.truthy(r.stderr:find("mount source refused", 1, true), r.stderr)
         end
+    end)
+
+    it("never follows an image's symlink when it makes the mountpoints", function()
+        local r = invoke("planted", "write")
+        assert.are.equal(125, r.code, r.stderr)
+        assert.truthy(r.stderr:find("image rootfs: ", 1, true), r.stderr)
+        assert.are.same({}, fs.names(ROOT .. "/victim"))
     end)
 
     it("makes an app whose secret is missing unavailable, naming the secret", function()
