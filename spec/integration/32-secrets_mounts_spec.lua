@@ -269,6 +269,7 @@ maybe("secrets and mounts under runc", function()
         local daemon_env = env()
         daemon_env.RELAY_APPS, daemon_env.RELAY_STATE_DIR, daemon_env.RELAY_CONSUMER = nil, nil, nil
         daemon_env.REDIS_URL = nil
+        daemon_env.RELAY_LOG_LEVEL = "debug" -- every record Relay can write
         local d = w:daemon("sec", daemon_env)
         w:ready(d)
         local id = w:publish('{"t":"vault-hold"}')
