@@ -331,9 +331,45 @@ local function plain_absolute(path)
     end
     return true
 end
-_M.plain_absolute = plain_absolute
 
 
+--- Where a secret's value comes from: "env", NAME for env:NAME (Relay's
+-- variable), else "file", the name of a file in RELAY_SECRETS_DIR.
+local function secret_source(ctx, name_node, what)
+    local name = expect_string(ctx, name_node, what .. ".name")
+    local env_name = name:match("^env:(.*)$")
+    if env_name then
+        if not env_name:find(ENV_NAME) then
+            fail(ctx, name_node, "%s: %s is not a variable name: write env:NAME with NAME matching " ..
+                "[A-Za-z_][A-Za-z0-9_]*", what, yaml.json_string(name))
+        end
+        return "env", env_name
+    elseif name:find(_M.SECRET_FILE_RULE_PATTERN) and #name <= 255 then
+        return "file", name
+    end
+    fail(ctx, name_node, "%s: %s is neither env:NAME (a variable of Relay's environment) nor a file name " ..
+        "in RELAY_SECRETS_DIR (%s)", what, yaml.json_string(name), _M.SECRET_FILE_RULE)
+end
+
+
+--- How the secret is delivered: "file" (the default) or "env", whose
+-- name must then be a variable the handler may be given.
+local function secret_delivery(ctx, as_node, name_node, name, what)
+    local as = as_node and expect_string(ctx, as_node, what .. ".as") or "file"
+    if as ~= "file" and as ~= "env" then
+        fail(ctx, as_node, "%s.as must be file (the default: /run/secrets/<name>) or env, not %s", what,
+            yaml.json_string(as))
+    elseif as == "env" and not name:find(ENV_NAME) then
+        fail(ctx, name_node, "%s: %s cannot be a variable name ([A-Za-z_][A-Za-z0-9_]*); use as: file",
+            what, yaml.json_string(name))
+    elseif as == "env" and name:find("^RELAY_") then
+        fail(ctx, name_node, "%s: %s is reserved (Relay sets RELAY_* variables itself)", what, name)
+    end
+    return as
+end
+
+
+--- An entry of runtime.secrets: a name, or {name, as}.
 local function validate_secret(ctx, node, what, rt)
     local name_node, as_node = node, nil
     if node.kind == "map" then
@@ -341,34 +377,9 @@ local function validate_secret(ctx, node, what, rt)
         name_node = required(ctx, node, "name", what)
         as_node = field(node, "as")
     end
-    local name = expect_string(ctx, name_node, what .. ".name")
-    local secret = { as = "file", at = yaml.where(ctx.file, node) }
-    local env_name = name:match("^env:(.*)$")
-    if env_name then
-        if not env_name:find(ENV_NAME) then
-            fail(ctx, name_node, "%s: %s is not a variable name: write env:NAME with NAME matching " ..
-                "[A-Za-z_][A-Za-z0-9_]*", what, yaml.json_string(name))
-        end
-        secret.from, secret.name = "env", env_name
-    elseif name:find(_M.SECRET_FILE_RULE_PATTERN) and #name <= 255 then
-        secret.from, secret.name = "file", name
-    else
-        fail(ctx, name_node, "%s: %s is neither env:NAME (a variable of Relay's environment) nor a file name " ..
-            "in RELAY_SECRETS_DIR (%s)", what, yaml.json_string(name), _M.SECRET_FILE_RULE)
-    end
-    if as_node then
-        secret.as = expect_string(ctx, as_node, what .. ".as")
-        if secret.as ~= "file" and secret.as ~= "env" then
-            fail(ctx, as_node, "%s.as must be file (the default: /run/secrets/<name>) or env, not %s", what,
-                yaml.json_string(secret.as))
-        end
-    end
-    if secret.as == "env" and not secret.name:find(ENV_NAME) then
-        fail(ctx, name_node, "%s: %s cannot be a variable name ([A-Za-z_][A-Za-z0-9_]*); use as: file",
-            what, yaml.json_string(secret.name))
-    elseif secret.as == "env" and secret.name:find("^RELAY_") then
-        fail(ctx, name_node, "%s: %s is reserved (Relay sets RELAY_* variables itself)", what, secret.name)
-    end
+    local secret = { at = yaml.where(ctx.file, node) }
+    secret.from, secret.name = secret_source(ctx, name_node, what)
+    secret.as = secret_delivery(ctx, as_node, name_node, secret.name, what)
     for _, other in ipairs(rt.secrets) do
         if other.as == secret.as and other.name == secret.name then
             fail(ctx, name_node, "%s: %s is delivered twice (first at %s)", what,
