@@ -16,7 +16,11 @@
 --     source = <template text>,
 --     runtime = { driver (nil = RELAY_RUNTIME), image ("host"), command (nil or argv list),
 --                 memory (bytes, 256Mi), pids (64), cpus (nil = no quota), network ("none"),
---                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool) },
+--                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool),
+--                 secrets = { {name, from = "file"|"env", as = "file"|"env", at = "FILE:LINE:COL"} ... },
+--                 mounts = { {source, target, writable, at} ... } },
+--     (whether a secret exists and a mount source is allowed depends on the
+--     daemon's environment: relay.runtime.access checks that at availability)
 --     concurrency (nil = MAX_CONCURRENCY),
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
 --     schedules = { {name, handler, cron, every_ms, timezone (IANA name or nil),
@@ -69,12 +73,18 @@ _M.DEFAULT_PIDS = 64
 _M.MAX_PIDS = 4194304
 _M.MAX_CONCURRENCY = 65535
 _M.MAX_NOFILE = 1048576
+-- A secret file's name in RELAY_SECRETS_DIR and under /run/secrets: one
+-- plain component (no path, no leading dot). As shown to users; as a Lua pattern.
+_M.SECRET_FILE_RULE = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
+_M.SECRET_FILE_RULE_PATTERN = "^" .. _M.SECRET_FILE_RULE .. "$"
 local IMAGE_NAME = "^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$"
 _M.DRIVERS = { "auto", "runc", "bwrap", "docker", "podman" }
 
 local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
 local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init",
-    "nofile", "seccomp" }
+    "nofile", "seccomp", "secrets", "mounts" }
+local SECRET_KEYS = { "name", "as" }
+local MOUNT_KEYS = { "source", "target", "writable" }
 local EVENT_KEYS = { "handler", "pattern", "timeout", "retries" }
 local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "timezone", "payload", "timeout", "retries" }
 
@@ -298,6 +308,169 @@ local function validate_seccomp(ctx, node)
 end
 
 
+local function required(ctx, entry, name, what)
+    local node = field(entry, name)
+    if not node then
+        fail(ctx, entry, "%s: missing %s", what, name)
+    end
+    return node
+end
+
+
+--- An absolute path written plainly: no ., .. or empty component, no
+-- trailing slash. A `..` could climb out of an allowed directory; the
+-- others would make the same place look like a different path.
+local function plain_absolute(path)
+    if path:sub(1, 1) ~= "/" or path == "/" or path:sub(-1) == "/" then
+        return false
+    end
+    for part in (path:sub(2) .. "/"):gmatch("([^/]*)/") do
+        if part == "" or part == "." or part == ".." then
+            return false
+        end
+    end
+    return true
+end
+
+
+--- Where a secret's value comes from: "env", NAME for env:NAME (Relay's
+-- variable), else "file", the name of a file in RELAY_SECRETS_DIR.
+local function secret_source(ctx, name_node, what)
+    local name = expect_string(ctx, name_node, what .. ".name")
+    local env_name = name:match("^env:(.*)$")
+    if env_name then
+        if not env_name:find(ENV_NAME) then
+            fail(ctx, name_node, "%s: %s is not a variable name: write env:NAME with NAME matching " ..
+                "[A-Za-z_][A-Za-z0-9_]*", what, yaml.json_string(name))
+        end
+        return "env", env_name
+    elseif name:find(_M.SECRET_FILE_RULE_PATTERN) and #name <= 255 then
+        return "file", name
+    end
+    fail(ctx, name_node, "%s: %s is neither env:NAME (a variable of Relay's environment) nor a file name " ..
+        "in RELAY_SECRETS_DIR (%s)", what, yaml.json_string(name), _M.SECRET_FILE_RULE)
+end
+
+
+--- How the secret is delivered: "file" (the default) or "env", whose
+-- name must then be a variable the handler may be given.
+local function secret_delivery(ctx, as_node, name_node, name, what)
+    local as = as_node and expect_string(ctx, as_node, what .. ".as") or "file"
+    if as ~= "file" and as ~= "env" then
+        fail(ctx, as_node, "%s.as must be file (the default: /run/secrets/<name>) or env, not %s", what,
+            yaml.json_string(as))
+    elseif as == "env" and not name:find(ENV_NAME) then
+        fail(ctx, name_node, "%s: %s cannot be a variable name ([A-Za-z_][A-Za-z0-9_]*); use as: file",
+            what, yaml.json_string(name))
+    elseif as == "env" and name:find("^RELAY_") then
+        fail(ctx, name_node, "%s: %s is reserved (Relay sets RELAY_* variables itself)", what, name)
+    end
+    return as
+end
+
+
+--- An entry of runtime.secrets: a name, or {name, as}.
+local function validate_secret(ctx, node, what, rt)
+    local name_node, as_node = node, nil
+    if node.kind == "map" then
+        check_keys(ctx, node, SECRET_KEYS, what)
+        name_node = required(ctx, node, "name", what)
+        as_node = field(node, "as")
+    end
+    local secret = { at = yaml.where(ctx.file, node) }
+    secret.from, secret.name = secret_source(ctx, name_node, what)
+    secret.as = secret_delivery(ctx, as_node, name_node, secret.name, what)
+    for _, other in ipairs(rt.secrets) do
+        if other.as == secret.as and other.name == secret.name then
+            fail(ctx, name_node, "%s: %s is delivered twice (first at %s)", what,
+                secret.as == "env" and ("variable " .. secret.name) or ("/run/secrets/" .. secret.name), other.at)
+        end
+    end
+    return secret
+end
+
+
+local function validate_secrets(ctx, node, rt)
+    expect_list(ctx, node, "runtime.secrets")
+    rt.secrets = {}
+    for i, item in ipairs(node.items) do
+        rt.secrets[#rt.secrets + 1] = collecting(ctx, validate_secret, item, string.format("runtime.secrets[%d]",
+            i), rt)
+    end
+end
+
+
+-- Where Relay mounts its own things (or the host's system directories, for
+-- `image: host`): a template mount at, inside or above one of them would
+-- hide or replace what every container relies on.
+_M.RESERVED_TARGETS = { "/app", "/proc", "/dev", "/sys", "/run/secrets", "/.relay-init", "/tmp", "/usr", "/etc",
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" }
+
+
+--- Whether one of two absolute paths is the other or inside it.
+local function nested(a, b)
+    return a == b or a:sub(1, #b + 1) == b .. "/" or b:sub(1, #a + 1) == a .. "/"
+end
+
+
+local function validate_target(ctx, node, what, rt)
+    local target = expect_string(ctx, node, what .. ".target")
+    if not plain_absolute(target) then
+        fail(ctx, node, "%s.target must be an absolute path like /results (no ., .. or //), not %s", what,
+            yaml.json_string(target))
+    end
+    for _, reserved in ipairs(_M.RESERVED_TARGETS) do
+        if nested(target, reserved) then
+            fail(ctx, node, "%s.target %s would shadow %s (reserved: %s); choose a path such as /results", what,
+                target, reserved, table.concat(_M.RESERVED_TARGETS, ", "))
+        end
+    end
+    for _, other in ipairs(rt.mounts) do
+        if nested(target, other.target) then
+            fail(ctx, node, "%s.target %s overlaps the mount at %s (%s)", what, target, other.target, other.at)
+        end
+    end
+    return target
+end
+
+
+local function validate_mount(ctx, node, what, rt)
+    expect_map(ctx, node, what, "e.g. {source: /srv/relay/results, target: /results, writable: true}")
+    check_keys(ctx, node, MOUNT_KEYS, what)
+    local source_node = required(ctx, node, "source", what)
+    local source = expect_string(ctx, source_node, what .. ".source")
+    if not plain_absolute(source) then
+        fail(ctx, source_node, "%s.source must be an absolute host path under RELAY_ALLOWED_MOUNTS " ..
+            "(no ., .. or //), not %s", what, yaml.json_string(source))
+    end
+    local target = validate_target(ctx, required(ctx, node, "target", what), what, rt)
+    local writable = field(node, "writable")
+    return { source = source, target = target, writable = writable and expect_bool(ctx, writable,
+        what .. ".writable") or false, at = yaml.where(ctx.file, source_node) }
+end
+
+
+local function validate_mounts(ctx, node, rt)
+    expect_list(ctx, node, "runtime.mounts")
+    rt.mounts = {}
+    for i, item in ipairs(node.items) do
+        rt.mounts[#rt.mounts + 1] = collecting(ctx, validate_mount, item, string.format("runtime.mounts[%d]", i), rt)
+    end
+end
+
+
+--- A secret delivered as a variable must not silently replace one that
+-- runtime.env sets (checked once the whole runtime map is read).
+local function check_secret_env(_, rt)
+    for _, secret in ipairs(rt.secrets) do
+        if secret.as == "env" and rt.env[secret.name] and secret.name ~= "PYTHONUNBUFFERED" then
+            error({ [TEMPLATE_ERROR] = string.format("%s: runtime.secrets: %s is also set by runtime.env; " ..
+                "remove one of them", secret.at, secret.name) }, 0)
+        end
+    end
+end
+
+
 local RUNTIME_CHECKS = {
     driver = function(ctx, node, rt)
         local v = expect_string(ctx, node, "runtime.driver")
@@ -358,13 +531,19 @@ local RUNTIME_CHECKS = {
     init = function(ctx, node, rt)
         rt.init = expect_bool(ctx, node, "runtime.init")
     end,
+    secrets = function(ctx, node, rt)
+        validate_secrets(ctx, node, rt)
+    end,
+    mounts = function(ctx, node, rt)
+        validate_mounts(ctx, node, rt)
+    end,
 }
 
 
 local function validate_runtime(ctx, node)
     local rt = {
         image = "host", memory = _M.DEFAULT_MEMORY, pids = _M.DEFAULT_PIDS, network = "none",
-        env = { PYTHONUNBUFFERED = "1" },
+        env = { PYTHONUNBUFFERED = "1" }, secrets = {}, mounts = {},
     }
     if node == nil then
         return rt
@@ -378,6 +557,7 @@ local function validate_runtime(ctx, node)
             collecting(ctx, check_keys, { keys = { key } }, RUNTIME_KEYS, "runtime")
         end
     end
+    collecting(ctx, check_secret_env, rt)
     return rt
 end
 
@@ -394,15 +574,6 @@ end
 --- timeout and retries, shared by events and schedules entries.
 local function validate_limits(ctx, entry, what, out)
     set_limits(ctx, field(entry, "timeout"), field(entry, "retries"), what, out)
-end
-
-
-local function required(ctx, entry, name, what)
-    local node = field(entry, name)
-    if not node then
-        fail(ctx, entry, "%s: missing %s", what, name)
-    end
-    return node
 end
 
 

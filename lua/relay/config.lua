@@ -274,6 +274,23 @@ local function parse_absolute_path(value)
 end
 
 
+--- RELAY_ALLOWED_MOUNTS: colon-separated absolute host directories that
+-- templates may mount (runtime.mounts). "/" is refused: it would let any
+-- template bind any host path into its container.
+local function parse_allowed_mounts(value)
+    local dirs = {}
+    for dir in (value .. ":"):gmatch("([^:]*):") do
+        if dir:sub(1, 1) ~= "/" then
+            return nil, "each directory must be an absolute path (colon-separated list)"
+        elseif dir:match("^/+$") then
+            return nil, "/ cannot be allowed: name the directories templates may mount"
+        end
+        dirs[#dirs + 1] = dir
+    end
+    return dirs
+end
+
+
 local function parse_listen_addr(value)
     local host, port = value:match("^%[?([^%]]*)%]?:(%d+)$")
     port = tonumber(port)
@@ -367,6 +384,8 @@ setting("RELAY_HOOKS", "hooks", "hooks", nil, parse_path)
 setting("RELAY_RETENTION", "retention", "retention_ms", "24h", parse_retention)
 setting("RELAY_MAX_EVENT_BYTES", nil, "max_event_bytes", "1Mi", parse_event_bytes)
 setting("RELAY_IMAGES", nil, "images", nil, parse_absolute_path)
+setting("RELAY_SECRETS_DIR", nil, "secrets_dir", nil, parse_absolute_path)
+setting("RELAY_ALLOWED_MOUNTS", nil, "allowed_mounts", nil, parse_allowed_mounts)
 setting("RELAY_DLQ_MAXLEN", nil, "dlq_maxlen", "0", parse_dlq_maxlen)
 setting("RELAY_CLAIM_WAIT", nil, "claim_wait", nil, parse_claim_wait)
 

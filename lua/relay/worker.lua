@@ -103,7 +103,8 @@ local function new_worker(cfg, c)
     self.obs = observe.new(cfg)
     self.report = self.obs.report
     self.rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, secrets_dir = cfg.secrets_dir,
+        allowed_mounts = cfg.allowed_mounts })
     local apps = registry.new({ apps_dir = cfg.apps, runtime = self.rt, max_concurrency = cfg.max_concurrency })
     self.registry = apps
     self.slots = slots_mod.new({ max = cfg.max_concurrency,

@@ -95,7 +95,7 @@ schedules:
         assert.are.same({
             driver = "runc", image = "host", command = { "python3", "/app/main.py" },
             memory = 256 * 1024 * 1024, pids = 64, cpus = 1, network = "none",
-            env = { LOG_STYLE = "plain", PYTHONUNBUFFERED = "1" }, init = true,
+            env = { LOG_STYLE = "plain", PYTHONUNBUFFERED = "1" }, init = true, secrets = {}, mounts = {},
         }, app.runtime)
         assert.are.equal(2, app.concurrency)
         assert.are.same({ {
@@ -116,7 +116,7 @@ schedules:
     it("applies defaults", function()
         local app = ok("events:\n  - handler: h\n    pattern: {a: [1]}\n")
         assert.are.same({ image = "host", memory = 256 * 1024 * 1024, pids = 64, network = "none",
-            env = { PYTHONUNBUFFERED = "1" } }, app.runtime)
+            env = { PYTHONUNBUFFERED = "1" }, secrets = {}, mounts = {} }, app.runtime)
         assert.is_nil(app.runtime.command)
         assert.is_nil(app.runtime.init)
         assert.is_nil(app.concurrency)
@@ -149,7 +149,8 @@ schedules:
         invalid(with("event:\n  - {}\n"), PATH .. ':3:1: unknown key "event" in template; did you mean events? '
             .. "(allowed: runtime, concurrency, events, schedules)")
         invalid("runtime:\n  comand: [x]\n", PATH .. ':2:3: unknown key "comand" in runtime; did you mean '
-            .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init, nofile, seccomp)")
+            .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init, nofile, seccomp, "
+            .. "secrets, mounts)")
         invalid(with("events:\n  - handler: h\n    pattern: {a: [1]}\n    timout: 5s\n"),
             PATH .. ':6:5: unknown key "timout" in events[1]; did you mean timeout? '
             .. "(allowed: handler, pattern, timeout, retries)")

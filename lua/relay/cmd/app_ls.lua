@@ -126,7 +126,8 @@ function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local list = exit.or_env(apps.load_all(cfg.apps))
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, secrets_dir = cfg.secrets_dir,
+        allowed_mounts = cfg.allowed_mounts })
     local paused = _M.paused_apps(cfg) or {}
     listing.header(args, { "NAME", "STATE", "DRIVER", "HANDLERS", "SCHEDULES", "CONCURRENCY", "NOTE" })
     for _, app in ipairs(list) do

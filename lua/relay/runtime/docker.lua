@@ -85,6 +85,11 @@ function D:check(app)
     if type(r.command) ~= "table" or #r.command == 0 then
         return nil, "runtime.command is not set"
     end
+    if require("relay.runtime.access").used(app) then
+        -- not delivered yet: refused rather than run without them
+        return nil, "runtime.secrets and runtime.mounts are not supported by the " .. self.engine ..
+            " driver yet (use runc or bwrap)"
+    end
     local image = image_of(app)
     if not image or image == "host" then
         return nil, "the " .. self.engine .. " driver needs an image reference (image: host is runc/bwrap only)"

@@ -49,6 +49,8 @@ _M.CGROUP_ROOT = "/sys/fs/cgroup"
 _M.SECCOMP_PROFILE = "allowlist"
 -- Where relay-init is bound inside every runc container and bwrap sandbox.
 _M.INIT_TARGET = "/.relay-init"
+-- Where an invocation's secrets appear (runtime.secrets, as: file).
+_M.SECRETS_TARGET = "/run/secrets"
 -- relay-init's exit status when it could not start the handler at all
 -- (no status record then): the host's failure, not an attempt.
 _M.INIT_FAILED = 125
@@ -141,8 +143,9 @@ function _M.image(rt, app)
 end
 
 
---- Checks shared by the rootfs drivers: a command to run and, unless
--- `image: host`, an existing rootfs directory. true | nil, why.
+--- Checks shared by the rootfs drivers: a command to run, unless `image:
+-- host` an existing rootfs directory, and the secrets and mount sources the
+-- template names (relay.runtime.access). true | nil, why.
 function _M.check_command_and_image(rt, app)
     local r = app.runtime or {}
     if type(r.command) ~= "table" or #r.command == 0 then
@@ -151,6 +154,28 @@ function _M.check_command_and_image(rt, app)
     local _, err = _M.image(rt, app)
     if err then
         return nil, err
+    end
+    return require("relay.runtime.access").check(rt, app)
+end
+
+
+--- Mountpoints of /run/secrets and the template's mount targets in a
+-- rootfs (root/rel), made beneath it without following a symlink: the root
+-- is read-only in the container and an image is the app author's.
+-- extra: relay.runtime.secret_files.plan's result. true | nil, err.
+function _M.make_mountpoints(root, rel, app, extra)
+    local targets = {}
+    if #extra.secret_files > 0 then
+        targets[1] = _M.SECRETS_TARGET
+    end
+    for _, m in ipairs(extra.mounts) do
+        targets[#targets + 1] = m.target
+    end
+    for _, target in ipairs(targets) do
+        local ok, err = safefs.mkdir_beneath(root, rel .. target, 493) -- 0755
+        if not ok then
+            return nil, ((app.runtime or {}).image ~= "host" and ("image " .. rel .. ": ") or "") .. err
+        end
     end
     return true
 end
@@ -350,8 +375,10 @@ end
 
 
 --- The container's environment as a {K=V} table (docs/templates.md).
--- inv: { handler, trigger, message_id, attempt, deadline_ms }
-function _M.container_env(app, inv)
+-- inv: { handler, trigger, message_id, attempt, deadline_ms }; secrets:
+-- the app's read secrets (relay.runtime.access), of which those `as: env`
+-- become variables.
+function _M.container_env(app, inv, secrets)
     local env = { PATH = _M.CONTAINER_PATH, PYTHONUNBUFFERED = "1" }
     for k, v in pairs((app.runtime or {}).env or {}) do
         if not RESERVED[k] then
@@ -364,6 +391,11 @@ function _M.container_env(app, inv)
     env.RELAY_MESSAGE_ID = inv.message_id
     env.RELAY_ATTEMPT = tostring(inv.attempt)
     env.RELAY_DEADLINE = rfc3339.millis(inv.deadline_ms)
+    for _, secret in ipairs(secrets or {}) do
+        if secret.as == "env" and not RESERVED[secret.name] then
+            env[secret.name] = secret.value
+        end
+    end
     return env
 end
 
@@ -450,7 +482,7 @@ end
 
 
 --- A runtime context. opts: { runtime = cfg.runtime, state_dir, consumer,
--- stream, group, private = true for `relay app invoke` }.
+-- stream, group, private = true for `relay app invoke`, images, secrets_dir, allowed_mounts }.
 function _M.new(opts)
     local consumer = _M.sanitize(opts.consumer or "relay")
     local name = _M.root_name(opts.consumer, opts.stream, opts.group)
@@ -465,6 +497,8 @@ function _M.new(opts)
         seq = 0,
         private = opts.private and true or false,
         images_dir = opts.images,
+        secrets_dir = opts.secrets_dir,
+        allowed_mounts = opts.allowed_mounts,
         drivers = {},
         made_dirs = {},
         made_set = {},
@@ -696,7 +730,8 @@ function _M.sweep_dead_consumers(rt, holder_dead)
         if e.dir and not e.link and e.name ~= rt.name and e.name:match("^[%w_.+-]+$") then
             local id = read_identity(state .. "/" .. e.name, e.name, rt.identity.stream, rt.identity.group)
             local other = _M.new({ runtime = rt.requested, state_dir = state, consumer = id.consumer,
-                stream = not id.legacy and id.stream or nil, group = id.group, images = rt.images_dir })
+                stream = not id.legacy and id.stream or nil, group = id.group, images = rt.images_dir,
+                secrets_dir = rt.secrets_dir, allowed_mounts = rt.allowed_mounts })
             -- A root of this daemon's own consumer name from before roots carried the stream:
             -- its holder is this process under a new root name; only the lock can tell.
             local own_legacy = id.legacy and id.consumer == rt.identity.consumer

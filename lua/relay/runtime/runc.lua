@@ -23,11 +23,20 @@
 -- the app's host ids: the state directories are 0711 (search only), the
 -- bundle directories, which hold the environment, 0700 with files 0600
 -- (runc reads config.json before it enters the namespace).
+--
+-- Secrets (relay.runtime.access) are written per invocation into the
+-- bundle's secrets/ directory (0500, files 0400, owned by the handler's
+-- host uid; the bundle directory above it is root's 0700, so no one else on
+-- the host reaches them), bound read-only at /run/secrets and removed with
+-- the bundle; `as: env` ones go into config.json's env (0600). Template
+-- mounts are plain (not recursive) binds, nosuid and nodev, read-only
+-- unless `writable: true`.
 local fs = require("relay.fs")
 local ids = require("relay.runtime.ids")
 local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
 local safefs = require("relay.core.safefs")
+local secret_files = require("relay.runtime.secret_files")
 
 local _M = {}
 local D = {}
@@ -43,6 +52,9 @@ local MOUNTPOINTS = { "usr", "etc", "proc", "dev", "sys", "app" }
 local INIT_TARGET = runtime.INIT_TARGET
 local CONTROL_FD = 3
 local RO_BIND = { "rbind", "ro", "nosuid", "nodev" }
+-- a template mount: not recursive, so no mount below the source comes along
+local TEMPLATE_BIND = { ro = { "bind", "ro", "nosuid", "nodev" }, rw = { "bind", "rw", "nosuid", "nodev" } }
+local SECRETS_TARGET = runtime.SECRETS_TARGET
 -- what an invocation's bundle dir holds once runc is done
 local BUNDLE_FILES = { "config.json", "runc.log" }
 
@@ -241,7 +253,7 @@ local function mount(dest, typ, source, options)
 end
 
 
-local function mounts(self, app, init_bin, host)
+local function mounts(self, app, init_bin, host, extra)
     local m = {
         mount("/proc", "proc", "proc", { "nosuid", "noexec", "nodev" }),
         mount("/dev", "tmpfs", "tmpfs", { "nosuid", "strictatime", "mode=755", "size=65536k" }),
@@ -256,6 +268,12 @@ local function mounts(self, app, init_bin, host)
     m[#m + 1] = mount("/app", "bind", runtime.app_dir(app), RO_BIND)
     if init_bin then
         m[#m + 1] = mount(INIT_TARGET, "bind", init_bin, { "bind", "ro", "nosuid", "nodev" })
+    end
+    if extra and extra.secrets_dir then
+        m[#m + 1] = mount(SECRETS_TARGET, "bind", extra.secrets_dir, TEMPLATE_BIND.ro)
+    end
+    for _, b in ipairs(extra and extra.mounts or {}) do
+        m[#m + 1] = mount(b.target, "bind", b.source, b.writable and TEMPLATE_BIND.rw or TEMPLATE_BIND.ro)
     end
     return m
 end
@@ -274,8 +292,10 @@ local function resources(limits)
 end
 
 
---- The locked-down OCI config of one invocation.
-function D:config(app, inv, id, rootfs, init_bin)
+--- The locked-down OCI config of one invocation. extra (optional): {
+-- secrets (read values), secrets_dir (their files' directory), mounts
+-- (resolved template mounts) }.
+function D:config(app, inv, id, rootfs, init_bin, extra)
     local limits = runtime.limits(app)
     local block = self.rt:id_block(app)
     local args = {}
@@ -299,7 +319,7 @@ function D:config(app, inv, id, rootfs, init_bin)
             terminal = false,
             user = { uid = UID, gid = GID, additionalGids = json.array({ GID }) },
             args = args,
-            env = runtime.env_list(runtime.container_env(app, inv)),
+            env = runtime.env_list(runtime.container_env(app, inv, extra and extra.secrets)),
             cwd = "/app",
             capabilities = { bounding = caps(), effective = caps(), inheritable = caps(),
                 permitted = caps(), ambient = caps() },
@@ -308,7 +328,7 @@ function D:config(app, inv, id, rootfs, init_bin)
             noNewPrivileges = true,
             oomScoreAdj = OOM_SCORE_ADJ,
         },
-        mounts = mounts(self, app, init_bin, rootfs == self.host_rootfs),
+        mounts = mounts(self, app, init_bin, rootfs == self.host_rootfs, extra),
         linux = {
             namespaces = namespaces,
             uidMappings = { { containerID = 0, hostID = block.uid, size = block.size } },
@@ -321,6 +341,44 @@ function D:config(app, inv, id, rootfs, init_bin)
             rootfsPropagation = "private",
         },
     }
+end
+
+
+--- The invocation's rootfs (the image's or the shared `image: host` one)
+-- with the mountpoints the template needs: path | nil, err.
+function D:prepare_rootfs(app, extra)
+    local img, err = self.rt:image(app)
+    if err then
+        return nil, err
+    end
+    local rootfs, base, rel
+    if img then
+        rootfs, err = prepare_image_rootfs(img)
+        base, rel = img.root, img.rel
+    else
+        rootfs, err = self:prepare_host_rootfs()
+        base, rel = self.host_rootfs:match("^(.*)/([^/]+)$")
+    end
+    local ok = rootfs
+    if rootfs then
+        ok, err = runtime.make_mountpoints(base, rel, app, extra)
+    end
+    if not ok then
+        return nil, err
+    end
+    return rootfs
+end
+
+
+--- Writes the secrets delivered as files into <bundle>/secrets (then the
+-- source of /run/secrets), owned by the handler's host uid.
+function D:write_secret_files(app, dir, extra)
+    if #extra.secret_files == 0 then
+        return true
+    end
+    local block = self.rt:id_block(app)
+    extra.secrets_dir = dir .. "/secrets"
+    return secret_files.write(extra.secrets_dir, extra.secret_files, block.handler_uid, block.handler_gid)
 end
 
 
@@ -355,16 +413,13 @@ function D:prepare(app, inv)
     if not ok then
         return nil, err
     end
-    local img, ierr = self.rt:image(app)
-    if ierr then
-        return nil, ierr
+    local extra
+    extra, err = secret_files.plan(self.rt, app)
+    if not extra then
+        return nil, err
     end
     local rootfs
-    if img then
-        rootfs, err = prepare_image_rootfs(img)
-    else
-        rootfs, err = self:prepare_host_rootfs()
-    end
+    rootfs, err = self:prepare_rootfs(app, extra)
     if not rootfs then
         return nil, err
     end
@@ -374,8 +429,13 @@ function D:prepare(app, inv)
     if not dir then
         return nil, err
     end
-    ok, err = safefs.write_new(dir .. "/config.json", json.encode(self:config(app, inv, id, rootfs, init_bin)), 384)
+    ok, err = self:write_secret_files(app, dir, extra)
+    if ok then
+        ok, err = safefs.write_new(dir .. "/config.json",
+            json.encode(self:config(app, inv, id, rootfs, init_bin, extra)), 384)
+    end
     if not ok then
+        fs.rm_rf(dir)
         return nil, err
     end
     local root = { self.runc, "--root", self.root }
@@ -494,6 +554,7 @@ function D:finish(spec, report)
     if report.timed_out or report.signal or fs.is_dir(self.root .. "/" .. spec.id) then
         runtime.exec(spec.delete_argv, 10)
     end
+    secret_files.remove(spec.dir .. "/secrets")
     fs.remove_known(spec.dir, BUNDLE_FILES)
     return out
 end
