@@ -240,8 +240,9 @@ mindex_clear(relay_matcher *m)
 
 /* Mark the rules whose anchor literal (node, tag, key) was seen. */
 void
-mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key, size_t len)
+mindex_candidates(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len)
 {
+    const relay_matcher *m = s->m;
     mentry *e = mtable_find(&m->index, mindex_hash(node, tag, key, len), node, tag, m->pool, key, len);
     uint32_t i, rule;
 
@@ -250,14 +251,14 @@ mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key
     }
     for (i = 0; i < e->count; i++) {
         rule = m->postings[e->value + i];
-        if (m->stamp[rule] == m->generation) {
+        if (s->stamp[rule] == s->generation) {
             continue;
         }
-        m->stamp[rule] = m->generation;
-        if (mgrow(&m->cands, &m->cand_cap, m->ncand + 1, sizeof(*m->cands)) < 0) {
-            m->oom = 1;
+        s->stamp[rule] = s->generation;
+        if (mgrow(&s->cands, &s->cand_cap, s->ncand + 1, sizeof(*s->cands)) < 0) {
+            s->oom = 1;
             return;
         }
-        m->cands[m->ncand++] = rule;
+        s->cands[s->ncand++] = rule;
     }
 }

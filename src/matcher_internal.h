@@ -126,6 +126,29 @@ typedef struct minst {
     uint32_t slot_base;
 } minst;
 
+/* Per-event scratch of one matching thread: the values found so far and the
+ * candidate rules. The matcher itself stays read-only while matching, so
+ * threads with a state each can share one compiled matcher. */
+struct relay_match_state {
+    const relay_matcher *m; /* the matcher of the match in progress */
+    mocc *occs;
+    size_t nocc, occ_cap;
+    mslot *slots;
+    size_t nslot, slot_cap;
+    minst *insts;
+    size_t ninst, inst_cap;
+    char *arena; /* unescaped strings; as large as the event */
+    size_t arena_len, arena_cap;
+    uint32_t *stamp; /* per rule: generation it became a candidate */
+    size_t stamp_len;
+    const relay_matcher *stamped; /* the matcher the stamps belong to */
+    uint32_t generation;
+    uint32_t *cands;
+    size_t ncand, cand_cap;
+    int oom;
+    int64_t now_ms;
+};
+
 struct relay_matcher {
     /* compile side */
     char *pool;
@@ -148,21 +171,8 @@ struct relay_matcher {
     size_t nalways;
     int compiled;
 
-    /* match side scratch */
-    mocc *occs;
-    size_t nocc, occ_cap;
-    mslot *slots;
-    size_t nslot, slot_cap;
-    minst *insts;
-    size_t ninst, inst_cap;
-    char *arena; /* unescaped strings; as large as the event */
-    size_t arena_len, arena_cap;
-    uint32_t *stamp; /* per rule: generation it became a candidate */
-    uint32_t generation;
-    uint32_t *cands;
-    size_t ncand, cand_cap;
-    int oom;
-    int64_t now_ms;
+    /* the single-threaded API's scratch (relay_matcher_match) */
+    relay_match_state *own;
 };
 
 /* matcher_util.c */
@@ -183,10 +193,10 @@ uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, s
 /* matcher_index.c */
 int mindex_build(relay_matcher *m);
 void mindex_clear(relay_matcher *m);
-void mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key, size_t len);
+void mindex_candidates(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
 
 /* matcher_eval.c */
-int meval_rule(const relay_matcher *m, uint32_t rule);
+int meval_rule(const relay_match_state *s, uint32_t rule);
 
 /* matcher_time.c: parse RFC3339 into seconds since the epoch plus
  * nanoseconds; *beyond_ns is set when further nonzero fraction digits exist. */

@@ -419,9 +419,68 @@ test_operator_table(void)
 }
 
 
+/* Ids through relay_matcher_match_with, as ids_of formats them. */
+static const char *
+ids_with(const relay_matcher *m, relay_match_state *st, const char *event)
+{
+    uint32_t ids[64];
+    char reason[200];
+    int n = relay_matcher_match_with(m, st, event, strlen(event), MAX, NOW, ids, 64, reason, sizeof(reason));
+    size_t len = 0;
+    int i;
+
+    if (n < 0) {
+        snprintf(text, sizeof(text), "!%s", reason);
+        return text;
+    }
+    text[0] = '\0';
+    for (i = 0; i < n && i < 64; i++) {
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%u", i ? "," : "", ids[i]);
+    }
+    return text;
+}
+
+
+/* States keep per-event scratch apart: interleaved events on two states give
+ * what one state gives, one state serves two matchers (its candidate stamps
+ * start over), and an uncompiled matcher is refused rather than built under a
+ * reader's feet. */
+static void
+test_states(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}", "{\"a\":[{\"eq\":1}],\"b\":[{\"eq\":2}]}",
+                                        "{\"c\":[{\"prefix\":\"x\"}]}"};
+    static const char *const other_rules[] = {"{\"c\":[{\"eq\":\"xy\"}]}"};
+    relay_matcher *m = make(rules, 3), *other = make(other_rules, 1), *fresh = relay_matcher_new();
+    relay_match_state *one_st = relay_match_state_new(), *two_st = relay_match_state_new();
+    char err[200];
+    int i;
+
+    CHECK(one_st != NULL && two_st != NULL && fresh != NULL);
+    for (i = 0; i < 3; i++) {
+        CHECK_STR(ids_with(m, one_st, "{\"a\":1,\"b\":2}"), "0,1");
+        CHECK_STR(ids_with(m, two_st, "{\"c\":\"xy\",\"a\":1}"), "0,2");
+        CHECK_STR(ids_with(other, one_st, "{\"c\":\"xy\",\"a\":1}"), "0");
+        CHECK_STR(ids_with(m, one_st, "{\"c\":\"xy\",\"a\":1}"), "0,2");
+    }
+    CHECK_STR(ids_with(m, two_st, "{\"a\":"), "!invalid JSON at byte 5: expected a value");
+    CHECK(relay_matcher_add(fresh, rules[0], strlen(rules[0]), err, sizeof(err)) == 0);
+    CHECK_STR(ids_with(fresh, one_st, "{\"a\":1}"), "!matcher not compiled");
+    CHECK(relay_matcher_compile(fresh, err, sizeof(err)) == 0);
+    CHECK_STR(ids_with(fresh, one_st, "{\"a\":1}"), "0");
+    relay_match_state_free(one_st);
+    relay_match_state_free(two_st);
+    relay_match_state_free(NULL);
+    relay_matcher_free(m);
+    relay_matcher_free(other);
+    relay_matcher_free(fresh);
+}
+
+
 int
 main(void)
 {
+    test_states();
     test_operator_table();
     test_typed_equality();
     test_prefix_suffix();
