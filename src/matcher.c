@@ -73,8 +73,10 @@ relay_matcher_compile(relay_matcher *m, char *err, size_t errlen)
         return 0;
     }
     mindex_clear(m);
-    if (mindex_build(m) < 0) {
+    mnumbers_clear(m);
+    if (mindex_build(m) < 0 || mnumbers_build(m) < 0) {
         mindex_clear(m);
+        mnumbers_clear(m);
         return set_message(err, errlen, "out of memory");
     }
     m->compiled = 1;
@@ -208,6 +210,7 @@ visit_scalar(void *ctx, int32_t s, relay_json_type type, const char *text, size_
     relay_match_state *st = ctx;
     uint32_t node = st->slots[s].node, id = add_occ(st, s, type);
     const mnode *n = &st->m->nodes[node];
+    int unequal = 0;
     mocc *o;
 
     if (id == MNONE) {
@@ -224,17 +227,14 @@ visit_scalar(void *ctx, int32_t s, relay_json_type type, const char *text, size_
     o->len = (uint32_t)len;
     o->num = 0;
     if (type == RELAY_JSON_NUMBER && n->needs_number) {
-        o->num = relay_json_number(text, len);
-        if (o->num == 0) {
-            o->num = 0; /* -0 indexes like 0 */
-        }
+        o->num = mnumber_value(n, text, len, &unequal);
     }
     if (!n->indexed) {
         return;
     }
     if (type == RELAY_JSON_STRING) {
         index_string(st, node, o);
-    } else if (type == RELAY_JSON_NUMBER && n->indexed & 1u << TAG_NUM) {
+    } else if (type == RELAY_JSON_NUMBER && n->indexed & 1u << TAG_NUM && !unequal) {
         mindex_candidates(st, node, TAG_NUM, (const char *)&o->num, sizeof(o->num));
     } else if (type == RELAY_JSON_TRUE || type == RELAY_JSON_FALSE || type == RELAY_JSON_NULL) {
         index_literal(st, node, type);
@@ -413,6 +413,7 @@ relay_matcher_free(relay_matcher *m)
         return;
     }
     mindex_clear(m);
+    mnumbers_clear(m);
     mtable_free(&m->edges);
     free(m->pool);
     free(m->nodes);

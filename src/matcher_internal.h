@@ -86,6 +86,10 @@ typedef struct mnode {
     uint32_t nprefix;
     uint32_t *suffix_lens;
     uint32_t nsuffix;
+    double *eq_nums; /* equality literals here, ascending (matcher_numbers.c) */
+    uint32_t neq_nums;
+    uint8_t compares_number; /* some gt/gte/lt/lte alternative is here */
+    uint8_t eq_only;         /* needs_number for equality only: estimates do */
 } mnode;
 
 /* Open-addressing hash table entry; used for trie edges and the index. */
@@ -194,6 +198,13 @@ uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, s
 int mindex_build(relay_matcher *m);
 void mindex_clear(relay_matcher *m);
 void mindex_candidates(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
+
+/* matcher_numbers.c */
+int mnumbers_build(relay_matcher *m);
+void mnumbers_clear(relay_matcher *m);
+/* The value for node n's alternatives; *unequal when it provably equals none
+ * of the node's literals (then it may be an estimate: see the file). */
+double mnumber_value(const mnode *n, const char *text, size_t len, int *unequal);
 
 /* matcher_eval.c */
 int meval_rule(const relay_match_state *s, uint32_t rule);

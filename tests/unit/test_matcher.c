@@ -4,6 +4,7 @@
 #include "relay/matcher.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #define MAX (1u << 20)
 /* 2026-01-01T00:00:00Z */
@@ -419,6 +420,84 @@ test_operator_table(void)
 }
 
 
+/* Equality-only number nodes match on estimates (matcher_numbers.c): every
+ * text must match exactly when its correctly rounded value equals the
+ * literal, including texts that round onto it from far past the 17th digit,
+ * exponents, underflow to 0 and -0, and a node that also compares. */
+static void
+test_number_estimates(void)
+{
+    static const char *const texts[] = {
+        "37.80780792169409",
+        "37.807807921694090000001",
+        "3.780780792169409e1",
+        "3780780792169409E-14",
+        "37.80780792169410",
+        "37.8078079216940",
+        "-37.80780792169409",
+        "37.807807921694089999999999999",
+        "0",
+        "-0",
+        "0.0e5",
+        "1e-400",
+        "-1E-400",
+        "1e400",
+        "122.51487372361257",
+        "-122.51487372361257",
+        "0.1",
+        "1e-1",
+        "100000000000000000000000",
+        "1e23",
+        "123456789012345678901234567890",
+        "1.2345678901234567890123e29",
+        "5e-324",
+        "2.2250738585072014e-308",
+        "9007199254740993",
+        "9007199254740992",
+        "0.30000000000000004",
+        "0.3",
+        "1e22",
+        "1e280",
+        "1e-280",
+        "1e281",
+    };
+    static const char *const literals[] = {
+        "37.80780792169409",    "0", "-122.51487372361257", "0.3", "1e23", "9007199254740992", "1e-280", "5e-324",
+        "1.2345678901234568e29"};
+    char rule[256], event[256];
+    size_t i, j;
+
+    for (i = 0; i < sizeof(literals) / sizeof(*literals); i++) {
+        const char *lit = literals[i];
+        double want_value = strtod(lit, NULL);
+        relay_matcher *eq, *both;
+        const char *eq_rule[1], *both_rules[2];
+        char both_rule[256];
+
+        snprintf(rule, sizeof(rule), "{\"c\":[{\"eq\":%s},{\"eq\":7}]}", lit);
+        snprintf(both_rule, sizeof(both_rule), "{\"c\":[{\"gt\":1e300}]}");
+        eq_rule[0] = rule;
+        both_rules[0] = rule;
+        both_rules[1] = both_rule;
+        eq = make(eq_rule, 1);
+        both = make(both_rules, 2);
+        for (j = 0; j < sizeof(texts) / sizeof(*texts); j++) {
+            double value = strtod(texts[j], NULL);
+            int want = value == want_value || value == 7;
+
+            snprintf(event, sizeof(event), "{\"c\":[1,%s,2]}", texts[j]);
+            CHECK_STR(ids_of(eq, event), want ? "0" : "");
+            CHECK_STR(ids_of(both, event), want ? (value > 1e300 ? "0,1" : "0") : (value > 1e300 ? "1" : ""));
+            if (strcmp(ids_of(eq, event), want ? "0" : "") != 0) {
+                fprintf(stderr, "  literal %s, text %s\n", lit, texts[j]);
+            }
+        }
+        relay_matcher_free(eq);
+        relay_matcher_free(both);
+    }
+}
+
+
 /* Ids through relay_matcher_match_with, as ids_of formats them. */
 static const char *
 ids_with(const relay_matcher *m, relay_match_state *st, const char *event)
@@ -481,6 +560,7 @@ int
 main(void)
 {
     test_states();
+    test_number_estimates();
     test_operator_table();
     test_typed_equality();
     test_prefix_suffix();
