@@ -198,7 +198,9 @@ mnumbers_build(relay_matcher *m)
     for (i = 0; i < m->nnodes; i++) {
         mnode *n = &m->nodes[i];
 
-        qsort(n->eq_nums, n->neq_nums, sizeof(*n->eq_nums), cmp_double);
+        if (n->neq_nums > 1) {
+            qsort(n->eq_nums, n->neq_nums, sizeof(*n->eq_nums), cmp_double);
+        }
         n->eq_only = n->needs_number && !n->compares_number;
     }
     return 0;
