@@ -15,6 +15,9 @@
 #include <stdint.h>
 
 #define MNONE UINT32_MAX
+/* Up to this many children, a node's keys are compared directly instead of
+ * hashed: cheaper for the few keys a rule set usually tracks per object. */
+#define MFEW_CHILDREN 4
 
 typedef enum alt_kind {
     ALT_EQ_STR,
@@ -79,10 +82,11 @@ typedef struct mnode {
     uint32_t key_off, key_len;
     uint32_t child_index; /* slot offset within an instance of parent */
     uint32_t nchildren;
-    uint64_t child_lens;   /* bit min(len, 63) set for each child key: skips hashing */
-    uint8_t needs_number;  /* some alternative compares numbers here */
-    uint8_t indexed;       /* some literal of the index lives here */
-    uint32_t *prefix_lens; /* distinct anchor prefix lengths, ascending */
+    uint64_t child_lens;                  /* bit min(len, 63) set for each child key: skips hashing */
+    uint32_t few_children[MFEW_CHILDREN]; /* the children while nchildren <= MFEW_CHILDREN */
+    uint8_t needs_number;                 /* some alternative compares numbers here */
+    uint8_t indexed;                      /* some literal of the index lives here */
+    uint32_t *prefix_lens;                /* distinct anchor prefix lengths, ascending */
     uint32_t nprefix;
     uint32_t *suffix_lens;
     uint32_t nsuffix;

@@ -498,6 +498,36 @@ test_number_estimates(void)
 }
 
 
+/* An object's keys are compared directly while it has few tracked children
+ * and hashed beyond that: lookups must agree either side of the switch,
+ * including keys that differ only in their last byte or length. */
+static void
+test_few_and_many_children(void)
+{
+    static const char *const keys[] = {"ab", "ac", "abc", "b", "abd", "ab\\u0000"};
+    char event[128], want[24];
+    const char *rules[6];
+    static char texts[6][128];
+    size_t n, i;
+
+    for (n = 1; n <= 6; n++) {
+        relay_matcher *m;
+
+        for (i = 0; i < n; i++) {
+            snprintf(texts[i], sizeof(texts[i]), "{\"o\":[{\"group\":{\"%s\":[{\"eq\":1}]}}]}", keys[i]);
+            rules[i] = texts[i];
+        }
+        m = make(rules, n);
+        for (i = 0; i < 6; i++) {
+            snprintf(event, sizeof(event), "{\"o\":{\"zz\":1,\"%s\":1,\"a\":1}}", keys[i]);
+            snprintf(want, sizeof(want), "%zu", i);
+            CHECK_STR(ids_of(m, event), i < n ? want : "");
+        }
+        relay_matcher_free(m);
+    }
+}
+
+
 /* Ids through relay_matcher_match_with, as ids_of formats them. */
 static const char *
 ids_with(const relay_matcher *m, relay_match_state *st, const char *event)
@@ -560,6 +590,7 @@ int
 main(void)
 {
     test_states();
+    test_few_and_many_children();
     test_number_estimates();
     test_operator_table();
     test_typed_equality();
