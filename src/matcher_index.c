@@ -153,20 +153,47 @@ weigh_field(const relay_matcher *m, uint32_t f, void *ctx)
 }
 
 
+/* The first anchorable field of a rule and how many there are. */
+typedef struct anchor_options {
+    uint32_t first;
+    uint32_t count;
+} anchor_options;
+
+static int
+note_option(const relay_matcher *m, uint32_t f, void *ctx)
+{
+    anchor_options *o = ctx;
+
+    (void)m;
+    if (o->count++ == 0) {
+        o->first = f;
+    }
+    return 0;
+}
+
+
 /* Each rule's anchor: the field whose literals the fewest other rules share,
  * so that one event value makes few rules candidates however many rules
- * there are. Returns -1 when memory ran out. */
+ * there are. A rule with one anchorable field has no choice; when no rule
+ * has two, nothing needs counting. Returns -1 when memory ran out. */
 static int
 choose_anchors(const relay_matcher *m, uint32_t *anchors)
 {
     mtable counts = {NULL, 0, 0};
     uint32_t r;
-    int rc = 0;
+    int rc = 0, choices = 0;
 
-    for (r = 0; r < m->nrules && rc == 0; r++) {
+    for (r = 0; r < m->nrules; r++) {
+        anchor_options o = {MNONE, 0};
+
+        each_anchorable(m, m->rules[r], note_option, &o);
+        anchors[r] = o.first;
+        choices |= o.count > 1;
+    }
+    for (r = 0; choices && r < m->nrules && rc == 0; r++) {
         rc = each_anchorable(m, m->rules[r], count_field, &counts);
     }
-    for (r = 0; r < m->nrules && rc == 0; r++) {
+    for (r = 0; choices && r < m->nrules && rc == 0; r++) {
         anchor_choice c = {&counts, MNONE, 1e300};
 
         each_anchorable(m, m->rules[r], weigh_field, &c);
