@@ -135,6 +135,28 @@ scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_sc
 }
 
 
+/* The very first scans of the process run on worker threads: the scanner's
+ * one-time set-up must not race (run under ThreadSanitizer to see it). */
+static void
+test_first_scans_on_threads(void)
+{
+    static transcript got, want;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 16, 4};
+    relay_match_scan_counts counts, want_counts;
+    size_t len;
+    char *text = make_text(64, &len);
+
+    CHECK(scan_memory(m, text, len, &opts, &got, &counts) == 0);
+    CHECK(!got.off_thread);
+    CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
+    CHECK_STR(got.text, want.text);
+    CHECK(counts.total == want_counts.total && counts.total > 0);
+    free(text);
+    relay_matcher_free(m);
+}
+
+
 /* Every thread count and chunk size against the streaming scan. */
 static void
 test_same_as_streaming(void)
@@ -255,6 +277,7 @@ test_regular_file(void)
 int
 main(void)
 {
+    test_first_scans_on_threads();
     test_same_as_streaming();
     test_stop();
     test_edges();
