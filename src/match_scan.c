@@ -176,7 +176,9 @@ scan_mapped(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const
     void *map;
     int fd = fileno(in), rc;
 
-    if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || (at = ftello(in)) < 0 || at > sb.st_size) {
+    /* An empty size is also what /proc files report: read those instead. */
+    if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0 || (at = ftello(in)) < 0
+        || at > sb.st_size) {
         return NOT_MAPPED;
     }
     if (at == sb.st_size) {

@@ -274,6 +274,28 @@ test_regular_file(void)
 }
 
 
+/* A file that reports no size (as /proc files do) is read, not mapped. */
+static void
+test_sizeless_file(void)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2};
+    relay_match_scan_counts counts;
+    FILE *f = fopen("/proc/self/status", "r");
+    char err[128];
+
+    if (f == NULL) {
+        relay_matcher_free(m);
+        return; /* no procfs here: nothing to check */
+    }
+    CHECK(relay_match_scan(m, f, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(counts.total > 1 && counts.matched == 0);
+    fclose(f);
+    relay_matcher_free(m);
+}
+
+
 int
 main(void)
 {
@@ -282,5 +304,6 @@ main(void)
     test_stop();
     test_edges();
     test_regular_file();
+    test_sizeless_file();
     CHECK_DONE();
 }
