@@ -601,8 +601,11 @@ local function validate_compiled_event(ctx, entry, index, seen)
         duplicate_handler(ctx, { line = entry.handler_line, col = entry.handler_col }, handler, seen[handler])
     end
     seen[handler] = entry
-    local ev = { handler = handler, pattern_json = entry.pattern_json, line = entry.line, col = entry.col }
-    set_limits(ctx, entry.timeout, entry.retries, string.format("events[%d]", index), ev)
+    local ev = { handler = handler, pattern_json = entry.pattern_json, line = entry.line, col = entry.col,
+        timeout_ms = _M.DEFAULT_TIMEOUT_MS, retries = _M.DEFAULT_RETRIES }
+    if entry.timeout or entry.retries then -- rare: the name for messages is only made then
+        set_limits(ctx, entry.timeout, entry.retries, string.format("events[%d]", index), ev)
+    end
     return ev
 end
 
