@@ -3,6 +3,7 @@
 #include "relay/json_scan.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,6 +480,9 @@ typedef struct block_masks {
 
 /* -1 = not chosen yet; see relay_json_set_simd. */
 static int simd_level = -1;
+/* The first scans may run on several threads at once (relay_match_scan_memory):
+ * the automatic pick happens exactly once, before any of them reads the level. */
+static pthread_once_t simd_picked = PTHREAD_ONCE_INIT;
 
 
 /* Portable classifier: the reference for the vector ones. */
@@ -582,6 +586,16 @@ relay_json_set_simd(int level)
 #endif
     simd_level = level < 0 ? pick : level > best ? best : level;
     return simd_level;
+}
+
+
+/* AUTO, unless a caller chose a level before the first scan. */
+static void
+pick_simd(void)
+{
+    if (simd_level < 0) {
+        relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+    }
 }
 
 
@@ -997,9 +1011,7 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const rel
         }
         return -1;
     }
-    if (simd_level < 0) {
-        relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
-    }
+    pthread_once(&simd_picked, pick_simd);
     s.start = (cursor)text;
     s.end = s.start + len;
     s.v = visitor;

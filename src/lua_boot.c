@@ -1,8 +1,9 @@
 /*
  * The VM boot (see lua_boot.h): one LuaJIT state with the standard libraries,
  * the C modules as package.preload entries (loaded on first require), the Lua
- * tree first on package.path, and relay.cli.main run as the main task of the
- * coroutine bridge.
+ * tree first on package.path (served from the build's bytecode when it is
+ * current, src/lua_bytecode.c), and relay.cli.main run as the main task of
+ * the coroutine bridge.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -14,6 +15,9 @@
 
 #include "lua_boot.h"
 #include "lua_bridge.h"
+
+/* EX_SOFTWARE: an error no command caught is a bug, not "not found" (1). */
+#define EXIT_INTERNAL_ERROR 70
 
 int luaopen_relay_core_loop(lua_State *L);
 int luaopen_relay_core_log(lua_State *L);
@@ -27,6 +31,8 @@ int luaopen_relay_core_udp(lua_State *L);
 int luaopen_relay_core_seccomp(lua_State *L);
 int luaopen_relay_core_safefs(lua_State *L);
 int luaopen_relay_core_notify(lua_State *L);
+/* relay.core.bytecode, and its loader first in package.loaders (lua_bytecode.c) */
+void relay_bytecode_install(lua_State *L);
 
 static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.loop", luaopen_relay_core_loop},
@@ -145,13 +151,14 @@ relay_boot_run(struct ev_loop *loop, int argc, char **argv)
     luaL_openlibs(L);
     find_lua_dir(lua_dir, sizeof(lua_dir));
     set_package_path(L, lua_dir);
+    relay_bytecode_install(L);
     register_core_modules(L);
     relay_bridge_init(L, loop);
 
     if (push_cli_main(L, argc, argv) != 0) {
         exit_code = 2;
     } else if (relay_bridge_run_main(L, 1, &exit_code) != 0) {
-        exit_code = 1;
+        exit_code = EXIT_INTERNAL_ERROR;
     }
 
     fflush(stdout);

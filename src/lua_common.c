@@ -49,3 +49,16 @@ relay_lua_traceback(lua_State *L)
     luaL_traceback(L, L, msg != NULL ? msg : "(error object is not a string)", 1);
     return 1;
 }
+
+
+int
+relay_lua_push_status(lua_State *L, int rc, const char *err)
+{
+    if (rc != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}

@@ -20,4 +20,8 @@ void relay_lua_new_module(lua_State *L, const char *class_name, const luaL_Reg *
  * every call into Lua from C (callbacks run on the main state). */
 int relay_lua_traceback(lua_State *L);
 
+/* The bindings' result convention: pushes true when rc is 0, else nil and
+ * err. Returns the number of values pushed, for `return`. */
+int relay_lua_push_status(lua_State *L, int rc, const char *err);
+
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "lua_bridge.h"
+#include "lua_common.h"
 #include "relay/log.h"
 
 static const char *const LEVEL_NAMES[] = {"debug", "info", "warn", "error", NULL};
@@ -41,15 +42,22 @@ lua_log_enabled(lua_State *L)
  * Writes one record; rendered_fields is already in the current format.
  */
 static int
-lua_log_write(lua_State *L)
+write_with(lua_State *L, void (*writer)(relay_log_level, const char *, size_t, const char *, size_t))
 {
     int level = luaL_checkoption(L, 1, NULL, LEVEL_NAMES);
     size_t msg_len, fields_len = 0;
     const char *msg = luaL_checklstring(L, 2, &msg_len);
     const char *fields = luaL_optlstring(L, 3, NULL, &fields_len);
 
-    relay_log_write((relay_log_level)level, msg, msg_len, fields, fields_len);
+    writer((relay_log_level)level, msg, msg_len, fields, fields_len);
     return 0;
+}
+
+
+static int
+lua_log_write(lua_State *L)
+{
+    return write_with(L, relay_log_write);
 }
 
 
@@ -61,13 +69,7 @@ lua_log_write(lua_State *L)
 static int
 lua_log_write_output(lua_State *L)
 {
-    int level = luaL_checkoption(L, 1, NULL, LEVEL_NAMES);
-    size_t msg_len, fields_len = 0;
-    const char *msg = luaL_checklstring(L, 2, &msg_len);
-    const char *fields = luaL_optlstring(L, 3, NULL, &fields_len);
-
-    relay_log_write_output((relay_log_level)level, msg, msg_len, fields, fields_len);
-    return 0;
+    return write_with(L, relay_log_write_output);
 }
 
 
@@ -83,13 +85,7 @@ lua_log_start_async(lua_State *L)
     lua_Number bytes = luaL_checknumber(L, 1);
 
     luaL_argcheck(L, bytes >= 4096, 1, "needs at least 4096 bytes");
-    if (relay_log_start_async((size_t)bytes) != 0) {
-        lua_pushnil(L);
-        lua_pushliteral(L, "cannot start the log writer");
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    return relay_lua_push_status(L, relay_log_start_async((size_t)bytes), "cannot start the log writer");
 }
 
 

@@ -24,13 +24,7 @@ lua_notify_send(lua_State *L)
     const char *state = luaL_checkstring(L, 1);
     char err[256];
 
-    if (relay_notify_send(&target, state, err, sizeof(err)) != 0) {
-        lua_pushnil(L);
-        lua_pushstring(L, err);
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
+    return relay_lua_push_status(L, relay_notify_send(&target, state, err, sizeof(err)), err);
 }
 
 

@@ -251,8 +251,8 @@ check_proc(lua_State *L, int idx)
 }
 
 
-/* uid/gid (both or neither), nofile, no_core: the child's identity and
- * limits, applied after it joined its cgroups. */
+/* uid/gid (both or neither), nofile, no_core, die_with_parent: the
+ * child's identity and limits, applied after it joined its cgroups. */
 static void
 fill_identity(lua_State *L, relay_proc_opts *o)
 {
@@ -268,6 +268,9 @@ fill_identity(lua_State *L, relay_proc_opts *o)
     o->nofile = (long)opt_number(L, 1, "nofile", 0);
     lua_getfield(L, 1, "no_core");
     o->no_core = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 1, "die_with_parent");
+    o->die_with_parent = lua_toboolean(L, -1);
     lua_pop(L, 1);
 }
 
@@ -327,6 +330,9 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
     lua_getfield(L, 1, "control");
     o->control = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 1, "join_only");
+    o->join_only = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     fill_identity(L, o);
     o->on_line = on_line;
     o->on_done = on_done;
@@ -340,10 +346,13 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
  * Starts a child in its own process group.
  * opts: argv (list, required), env ({K=V}, nil = inherit), cwd, stdin (string),
  * timeout, grace, drain, kill_delay (seconds), line_max, keep_group,
- * cgroup_procs (list of cgroup.procs files to join before exec), then
+ * cgroup_procs (list of cgroup.procs files to join before exec),
+ * join_only (true: the child joins them and exits 0 without exec; spawn
+ * returns at once, the status says whether the writes worked), then
  * pass_fds (list: they become fds 3, 4, ...), control (true: a control
  * socket as the next descriptor; its lines come to on_line as stream
  * "control", see relay/proc.h), nofile, no_core (rlimits),
+ * die_with_parent (the kernel SIGKILLs the child when Relay ends),
  * uid and gid (setgroups({}), setgid, setuid before exec),
  * on_line = function(stream, line, partial), term_argv, kill_argv (driver
  * hooks run at the TERM and KILL steps of the deadline).

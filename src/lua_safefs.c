@@ -13,19 +13,6 @@
 #include "relay/safe_fs.h"
 
 
-static int
-push_result(lua_State *L, int rc, const char *err)
-{
-    if (rc != 0) {
-        lua_pushnil(L);
-        lua_pushstring(L, err);
-        return 2;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
-}
-
-
 /***
  * @function safefs.mkdir_beneath(root, rel, mode)
  * Creates root/rel (and parents) without following symlinks; sets mode.
@@ -37,7 +24,7 @@ lua_safefs_mkdir_beneath(lua_State *L)
     int rc = relay_safe_mkdir(luaL_checkstring(L, 1), luaL_checkstring(L, 2), (mode_t)luaL_checkinteger(L, 3), err,
                               sizeof(err));
 
-    return push_result(L, rc, err);
+    return relay_lua_push_status(L, rc, err);
 }
 
 
@@ -52,7 +39,7 @@ lua_safefs_touch_beneath(lua_State *L)
     int rc = relay_safe_touch(luaL_checkstring(L, 1), luaL_checkstring(L, 2), (mode_t)luaL_checkinteger(L, 3), err,
                               sizeof(err));
 
-    return push_result(L, rc, err);
+    return relay_lua_push_status(L, rc, err);
 }
 
 
@@ -68,7 +55,7 @@ lua_safefs_write_new(lua_State *L)
     char err[512];
     int rc = relay_safe_write_new(luaL_checkstring(L, 1), data, len, (mode_t)luaL_checkinteger(L, 3), err, sizeof(err));
 
-    return push_result(L, rc, err);
+    return relay_lua_push_status(L, rc, err);
 }
 
 
@@ -82,7 +69,7 @@ lua_safefs_private_dir(lua_State *L)
     char err[512];
     int rc = relay_safe_private_dir(luaL_checkstring(L, 1), (mode_t)luaL_checkinteger(L, 2), err, sizeof(err));
 
-    return push_result(L, rc, err);
+    return relay_lua_push_status(L, rc, err);
 }
 
 
@@ -97,7 +84,7 @@ lua_safefs_open_path(lua_State *L)
     int fd = relay_safe_open_path(luaL_checkstring(L, 1), luaL_optstring(L, 2, NULL), err, sizeof(err));
 
     if (fd < 0) {
-        return push_result(L, -1, err);
+        return relay_lua_push_status(L, -1, err);
     }
     lua_pushinteger(L, fd);
     return 1;

@@ -69,21 +69,14 @@ relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err
 int
 relay_matcher_compile(relay_matcher *m, char *err, size_t errlen)
 {
-    uint32_t *stamp;
-
     if (m->compiled) {
         return 0;
     }
     mindex_clear(m);
-    stamp = realloc(m->stamp, (m->nrules ? m->nrules : 1) * sizeof(*stamp));
-    if (!stamp) {
-        return set_message(err, errlen, "out of memory");
-    }
-    m->stamp = stamp;
-    memset(m->stamp, 0, (m->nrules ? m->nrules : 1) * sizeof(*stamp));
-    m->generation = 0;
-    if (mindex_build(m) < 0) {
+    mnumbers_clear(m);
+    if (mindex_build(m) < 0 || mnumbers_build(m) < 0) {
         mindex_clear(m);
+        mnumbers_clear(m);
         return set_message(err, errlen, "out of memory");
     }
     m->compiled = 1;
@@ -98,20 +91,43 @@ relay_matcher_count(const relay_matcher *m)
 }
 
 
+relay_match_state *
+relay_match_state_new(void)
+{
+    return calloc(1, sizeof(relay_match_state));
+}
+
+
+void
+relay_match_state_free(relay_match_state *st)
+{
+    if (!st) {
+        return;
+    }
+    free(st->occs);
+    free(st->slots);
+    free(st->insts);
+    free(st->arena);
+    free(st->stamp);
+    free(st->cands);
+    free(st);
+}
+
+
 /* Append a value to slot s; returns its index or MNONE when out of memory. */
 static uint32_t
-add_occ(relay_matcher *m, int32_t s, relay_json_type type)
+add_occ(relay_match_state *st, int32_t s, relay_json_type type)
 {
-    mslot *slot = &m->slots[s];
+    mslot *slot = &st->slots[s];
     mocc *o;
     uint32_t id;
 
-    if (mgrow(&m->occs, &m->occ_cap, m->nocc + 1, sizeof(*m->occs)) < 0) {
-        m->oom = 1;
+    if (mgrow(&st->occs, &st->occ_cap, st->nocc + 1, sizeof(*st->occs)) < 0) {
+        st->oom = 1;
         return MNONE;
     }
-    id = (uint32_t)m->nocc++;
-    o = &m->occs[id];
+    id = (uint32_t)st->nocc++;
+    o = &st->occs[id];
     o->type = (uint8_t)type;
     o->next = MNONE;
     o->inst = -1;
@@ -120,7 +136,7 @@ add_occ(relay_matcher *m, int32_t s, relay_json_type type)
     if (slot->tail == MNONE) {
         slot->head = id;
     } else {
-        m->occs[slot->tail].next = id;
+        st->occs[slot->tail].next = id;
     }
     slot->tail = id;
     return id;
@@ -130,16 +146,17 @@ add_occ(relay_matcher *m, int32_t s, relay_json_type type)
 static int32_t
 visit_key(void *ctx, int32_t object, const char *key, size_t len, int escaped)
 {
-    relay_matcher *m = ctx;
-    const minst *inst = &m->insts[object];
+    relay_match_state *st = ctx;
+    const relay_matcher *m = st->m;
+    const minst *inst = &st->insts[object];
     uint32_t child;
     mslot *s;
 
     if (escaped) {
-        char *out = m->arena + m->arena_len;
+        char *out = st->arena + st->arena_len;
 
         len = relay_json_unescape(key, len, out);
-        m->arena_len += len;
+        st->arena_len += len;
         key = out;
     }
     if (!(m->nodes[inst->node].child_lens & UINT64_C(1) << (len < 63 ? len : 63))) {
@@ -150,7 +167,7 @@ visit_key(void *ctx, int32_t object, const char *key, size_t len, int escaped)
         return -1;
     }
     /* A repeated key starts over: the last one wins. */
-    s = &m->slots[inst->slot_base + m->nodes[child].child_index];
+    s = &st->slots[inst->slot_base + m->nodes[child].child_index];
     s->node = child;
     s->present = 1;
     s->head = s->tail = MNONE;
@@ -159,30 +176,30 @@ visit_key(void *ctx, int32_t object, const char *key, size_t len, int escaped)
 
 
 static void
-index_string(relay_matcher *m, uint32_t node, const mocc *o)
+index_string(relay_match_state *st, uint32_t node, const mocc *o)
 {
-    const mnode *n = &m->nodes[node];
+    const mnode *n = &st->m->nodes[node];
     uint32_t i;
 
     if (n->indexed & 1u << TAG_STR) {
-        mindex_candidates(m, node, TAG_STR, o->str, o->len);
+        mindex_candidates(st, node, TAG_STR, o->str, o->len);
     }
     for (i = 0; i < n->nprefix && n->prefix_lens[i] <= o->len; i++) {
-        mindex_candidates(m, node, TAG_PREFIX, o->str, n->prefix_lens[i]);
+        mindex_candidates(st, node, TAG_PREFIX, o->str, n->prefix_lens[i]);
     }
     for (i = 0; i < n->nsuffix && n->suffix_lens[i] <= o->len; i++) {
-        mindex_candidates(m, node, TAG_SUFFIX, o->str + o->len - n->suffix_lens[i], n->suffix_lens[i]);
+        mindex_candidates(st, node, TAG_SUFFIX, o->str + o->len - n->suffix_lens[i], n->suffix_lens[i]);
     }
 }
 
 
 static void
-index_literal(relay_matcher *m, uint32_t node, relay_json_type type)
+index_literal(relay_match_state *st, uint32_t node, relay_json_type type)
 {
     uint32_t tag = type == RELAY_JSON_TRUE ? TAG_TRUE : type == RELAY_JSON_FALSE ? TAG_FALSE : TAG_NULL;
 
-    if (m->nodes[node].indexed & 1u << tag) {
-        mindex_candidates(m, node, tag, "", 0);
+    if (st->m->nodes[node].indexed & 1u << tag) {
+        mindex_candidates(st, node, tag, "", 0);
     }
 }
 
@@ -190,39 +207,37 @@ index_literal(relay_matcher *m, uint32_t node, relay_json_type type)
 static void
 visit_scalar(void *ctx, int32_t s, relay_json_type type, const char *text, size_t len, int escaped)
 {
-    relay_matcher *m = ctx;
-    uint32_t node = m->slots[s].node, id = add_occ(m, s, type);
-    const mnode *n = &m->nodes[node];
+    relay_match_state *st = ctx;
+    uint32_t node = st->slots[s].node, id = add_occ(st, s, type);
+    const mnode *n = &st->m->nodes[node];
+    int unequal = 0;
     mocc *o;
 
     if (id == MNONE) {
         return;
     }
-    o = &m->occs[id];
+    o = &st->occs[id];
     if (type == RELAY_JSON_STRING && escaped) {
-        o->str = m->arena + m->arena_len;
-        len = relay_json_unescape(text, len, m->arena + m->arena_len);
-        m->arena_len += len;
+        o->str = st->arena + st->arena_len;
+        len = relay_json_unescape(text, len, st->arena + st->arena_len);
+        st->arena_len += len;
     } else {
         o->str = text;
     }
     o->len = (uint32_t)len;
     o->num = 0;
     if (type == RELAY_JSON_NUMBER && n->needs_number) {
-        o->num = relay_json_number(text, len);
-        if (o->num == 0) {
-            o->num = 0; /* -0 indexes like 0 */
-        }
+        o->num = mnumber_value(n, text, len, &unequal);
     }
     if (!n->indexed) {
         return;
     }
     if (type == RELAY_JSON_STRING) {
-        index_string(m, node, o);
-    } else if (type == RELAY_JSON_NUMBER && n->indexed & 1u << TAG_NUM) {
-        mindex_candidates(m, node, TAG_NUM, (const char *)&o->num, sizeof(o->num));
+        index_string(st, node, o);
+    } else if (type == RELAY_JSON_NUMBER && n->indexed & 1u << TAG_NUM && !unequal) {
+        mindex_candidates(st, node, TAG_NUM, (const char *)&o->num, sizeof(o->num));
     } else if (type == RELAY_JSON_TRUE || type == RELAY_JSON_FALSE || type == RELAY_JSON_NULL) {
-        index_literal(m, node, type);
+        index_literal(st, node, type);
     }
 }
 
@@ -230,29 +245,29 @@ visit_scalar(void *ctx, int32_t s, relay_json_type type, const char *text, size_
 static int32_t
 visit_object(void *ctx, int32_t s)
 {
-    relay_matcher *m = ctx;
-    uint32_t node = m->slots[s].node, id = add_occ(m, s, RELAY_JSON_OBJECT);
-    uint32_t nchildren = m->nodes[node].nchildren, i;
+    relay_match_state *st = ctx;
+    uint32_t node = st->slots[s].node, id = add_occ(st, s, RELAY_JSON_OBJECT);
+    uint32_t nchildren = st->m->nodes[node].nchildren, i;
     minst *inst;
 
     if (id == MNONE || nchildren == 0) {
         return -1;
     }
-    if (mgrow(&m->insts, &m->inst_cap, m->ninst + 1, sizeof(*m->insts)) < 0 || m->nslot + nchildren > INT32_MAX
-        || mgrow(&m->slots, &m->slot_cap, m->nslot + nchildren, sizeof(*m->slots)) < 0) {
-        m->oom = 1;
+    if (mgrow(&st->insts, &st->inst_cap, st->ninst + 1, sizeof(*st->insts)) < 0 || st->nslot + nchildren > INT32_MAX
+        || mgrow(&st->slots, &st->slot_cap, st->nslot + nchildren, sizeof(*st->slots)) < 0) {
+        st->oom = 1;
         return -1;
     }
-    inst = &m->insts[m->ninst];
+    inst = &st->insts[st->ninst];
     inst->node = node;
-    inst->slot_base = (uint32_t)m->nslot;
+    inst->slot_base = (uint32_t)st->nslot;
     for (i = 0; i < nchildren; i++) {
-        m->slots[m->nslot + i].present = 0;
-        m->slots[m->nslot + i].head = m->slots[m->nslot + i].tail = MNONE;
+        st->slots[st->nslot + i].present = 0;
+        st->slots[st->nslot + i].head = st->slots[st->nslot + i].tail = MNONE;
     }
-    m->nslot += nchildren;
-    m->occs[id].inst = (int32_t)m->ninst;
-    return (int32_t)m->ninst++;
+    st->nslot += nchildren;
+    st->occs[id].inst = (int32_t)st->ninst;
+    return (int32_t)st->ninst++;
 }
 
 
@@ -265,24 +280,51 @@ visit_array(void *ctx, int32_t s)
 }
 
 
+/* Per-rule candidate stamps for m's rules: kept across events (a generation
+ * counter clears them), started over for another matcher or more rules. */
+static int
+ready_stamps(relay_match_state *st, const relay_matcher *m)
+{
+    size_t need = m->nrules ? m->nrules : 1;
+    uint32_t *stamp;
+
+    if (st->stamped == m && st->stamp_len >= need) {
+        return 0;
+    }
+    if (st->stamp_len < need) {
+        if ((stamp = realloc(st->stamp, need * sizeof(*stamp))) == NULL) {
+            return -1;
+        }
+        st->stamp = stamp;
+        st->stamp_len = need;
+    }
+    memset(st->stamp, 0, st->stamp_len * sizeof(*st->stamp));
+    st->generation = 0;
+    st->stamped = m;
+    return 0;
+}
+
+
 /* Reset the per-event scratch; the arena gets room for every unescaped byte. */
 static int
-begin_event(relay_matcher *m, size_t len, int64_t now_ms)
+begin_event(relay_match_state *st, const relay_matcher *m, size_t len, int64_t now_ms)
 {
-    if (mgrow(&m->arena, &m->arena_cap, len + 1, 1) < 0 || mgrow(&m->slots, &m->slot_cap, 1, sizeof(*m->slots)) < 0) {
+    if (ready_stamps(st, m) < 0 || mgrow(&st->arena, &st->arena_cap, len + 1, 1) < 0
+        || mgrow(&st->slots, &st->slot_cap, 1, sizeof(*st->slots)) < 0) {
         return -1;
     }
-    m->nocc = m->ninst = m->ncand = m->arena_len = 0;
-    m->oom = 0;
-    m->now_ms = now_ms;
-    if (++m->generation == 0) {
-        memset(m->stamp, 0, (m->nrules ? m->nrules : 1) * sizeof(*m->stamp));
-        m->generation = 1;
+    st->m = m;
+    st->nocc = st->ninst = st->ncand = st->arena_len = 0;
+    st->oom = 0;
+    st->now_ms = now_ms;
+    if (++st->generation == 0) {
+        memset(st->stamp, 0, st->stamp_len * sizeof(*st->stamp));
+        st->generation = 1;
     }
-    m->slots[ROOT_SLOT].node = 0;
-    m->slots[ROOT_SLOT].present = 1;
-    m->slots[ROOT_SLOT].head = m->slots[ROOT_SLOT].tail = MNONE;
-    m->nslot = 1;
+    st->slots[ROOT_SLOT].node = 0;
+    st->slots[ROOT_SLOT].present = 1;
+    st->slots[ROOT_SLOT].head = st->slots[ROOT_SLOT].tail = MNONE;
+    st->nslot = 1;
     return 0;
 }
 
@@ -298,21 +340,22 @@ cmp_u32(const void *a, const void *b)
 
 /* Evaluate candidates and always-on rules in ascending id order. */
 static int
-collect_hits(relay_matcher *m, uint32_t *ids, size_t ids_cap)
+collect_hits(relay_match_state *st, uint32_t *ids, size_t ids_cap)
 {
+    const relay_matcher *m = st->m;
     size_t c = 0, a = 0, count = 0;
     uint32_t rule;
 
-    if (m->ncand > 1) {
-        qsort(m->cands, m->ncand, sizeof(*m->cands), cmp_u32);
+    if (st->ncand > 1) {
+        qsort(st->cands, st->ncand, sizeof(*st->cands), cmp_u32);
     }
-    while (c < m->ncand || a < m->nalways) {
-        if (a == m->nalways || (c < m->ncand && m->cands[c] < m->always[a])) {
-            rule = m->cands[c++];
+    while (c < st->ncand || a < m->nalways) {
+        if (a == m->nalways || (c < st->ncand && st->cands[c] < m->always[a])) {
+            rule = st->cands[c++];
         } else {
             rule = m->always[a++];
         }
-        if (!meval_rule(m, rule)) {
+        if (!meval_rule(st, rule)) {
             continue;
         }
         if (count < ids_cap) {
@@ -325,24 +368,41 @@ collect_hits(relay_matcher *m, uint32_t *ids, size_t ids_cap)
 
 
 int
-relay_matcher_match(relay_matcher *m, const char *event, size_t len, size_t max_bytes, int64_t now_ms, uint32_t *ids,
-                    size_t ids_cap, char *reason, size_t reasonlen)
+relay_matcher_match_with(const relay_matcher *m, relay_match_state *st, const char *event, size_t len, size_t max_bytes,
+                         int64_t now_ms, uint32_t *ids, size_t ids_cap, char *reason, size_t reasonlen)
 {
-    relay_json_visitor v = {m, visit_key, visit_scalar, visit_object, visit_array};
+    relay_json_visitor v = {st, visit_key, visit_scalar, visit_object, visit_array};
 
     if (len > max_bytes) {
         return relay_json_validate_object(event, len, max_bytes, reason, reasonlen);
     }
-    if (relay_matcher_compile(m, NULL, 0) < 0 || begin_event(m, len, now_ms) < 0) {
+    if (!m->compiled) {
+        return set_message(reason, reasonlen, "matcher not compiled");
+    }
+    if (begin_event(st, m, len, now_ms) < 0) {
         return set_message(reason, reasonlen, "out of memory");
     }
     if (relay_json_scan_object(event, len, max_bytes, &v, ROOT_SLOT, reason, reasonlen) < 0) {
         return -1;
     }
-    if (m->oom) {
+    if (st->oom) {
         return set_message(reason, reasonlen, "out of memory");
     }
-    return collect_hits(m, ids, ids_cap);
+    return collect_hits(st, ids, ids_cap);
+}
+
+
+int
+relay_matcher_match(relay_matcher *m, const char *event, size_t len, size_t max_bytes, int64_t now_ms, uint32_t *ids,
+                    size_t ids_cap, char *reason, size_t reasonlen)
+{
+    if (len > max_bytes) {
+        return relay_json_validate_object(event, len, max_bytes, reason, reasonlen);
+    }
+    if (relay_matcher_compile(m, NULL, 0) < 0 || (!m->own && (m->own = relay_match_state_new()) == NULL)) {
+        return set_message(reason, reasonlen, "out of memory");
+    }
+    return relay_matcher_match_with(m, m->own, event, len, max_bytes, now_ms, ids, ids_cap, reason, reasonlen);
 }
 
 
@@ -353,6 +413,7 @@ relay_matcher_free(relay_matcher *m)
         return;
     }
     mindex_clear(m);
+    mnumbers_clear(m);
     mtable_free(&m->edges);
     free(m->pool);
     free(m->nodes);
@@ -362,11 +423,6 @@ relay_matcher_free(relay_matcher *m)
     free(m->rules);
     free(m->postings);
     free(m->always);
-    free(m->occs);
-    free(m->slots);
-    free(m->insts);
-    free(m->arena);
-    free(m->stamp);
-    free(m->cands);
+    relay_match_state_free(m->own);
     free(m);
 }

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-static int eval_group(const relay_matcher *m, uint32_t group, int32_t inst);
+static int eval_group(const relay_match_state *st, uint32_t group, int32_t inst);
 
 
 static int
@@ -27,7 +27,7 @@ compare(double value, double limit, cmp_op op)
 
 /* Compare an RFC3339 string with now + offset at nanosecond precision. */
 static int
-temporal(const relay_matcher *m, const malt *a, const mocc *o)
+temporal(const relay_match_state *st, const malt *a, const mocc *o)
 {
     int64_t sec, cutoff_ms, csec;
     int32_t nsec, cnsec;
@@ -36,7 +36,7 @@ temporal(const relay_matcher *m, const malt *a, const mocc *o)
     if (o->type != RELAY_JSON_STRING || mtime_parse(o->str, o->len, &sec, &nsec, &beyond) < 0) {
         return 0;
     }
-    if (__builtin_add_overflow(m->now_ms, a->offset_ms, &cutoff_ms)) {
+    if (__builtin_add_overflow(st->now_ms, a->offset_ms, &cutoff_ms)) {
         cutoff_ms = a->offset_ms > 0 ? INT64_MAX : INT64_MIN;
     }
     csec = cutoff_ms / 1000;
@@ -57,8 +57,9 @@ temporal(const relay_matcher *m, const malt *a, const mocc *o)
 
 
 static int
-value_matches(const relay_matcher *m, const malt *a, const mocc *o)
+value_matches(const relay_match_state *st, const malt *a, const mocc *o)
 {
+    const relay_matcher *m = st->m;
     const char *lit = m->pool + a->str_off;
 
     switch (a->kind) {
@@ -80,7 +81,7 @@ value_matches(const relay_matcher *m, const malt *a, const mocc *o)
     case ALT_CMP_NUM:
         return o->type == RELAY_JSON_NUMBER && compare(o->num, a->num, (cmp_op)a->op);
     case ALT_CMP_TIME:
-        return temporal(m, a, o);
+        return temporal(st, a, o);
     default:
         return 0;
     }
@@ -90,17 +91,18 @@ value_matches(const relay_matcher *m, const malt *a, const mocc *o)
 /* A group alternative: some element (or the value itself) satisfies it;
  * non-object values act as {}. */
 static int
-group_matches(const relay_matcher *m, const malt *a, const mslot *s)
+group_matches(const relay_match_state *st, const malt *a, const mslot *s)
 {
+    const relay_matcher *m = st->m;
     uint32_t o;
 
     if (!s || !s->present) {
         return m->groups[a->group].holds_on_empty;
     }
-    for (o = s->head; o != MNONE; o = m->occs[o].next) {
-        const mocc *occ = &m->occs[o];
+    for (o = s->head; o != MNONE; o = st->occs[o].next) {
+        const mocc *occ = &st->occs[o];
 
-        if (occ->type == RELAY_JSON_OBJECT && occ->inst >= 0 ? eval_group(m, a->group, occ->inst)
+        if (occ->type == RELAY_JSON_OBJECT && occ->inst >= 0 ? eval_group(st, a->group, occ->inst)
                                                              : m->groups[a->group].holds_on_empty) {
             return 1;
         }
@@ -110,7 +112,7 @@ group_matches(const relay_matcher *m, const malt *a, const mslot *s)
 
 
 static int
-alt_matches(const relay_matcher *m, const malt *a, const mslot *s)
+alt_matches(const relay_match_state *st, const malt *a, const mslot *s)
 {
     uint32_t o;
 
@@ -118,13 +120,13 @@ alt_matches(const relay_matcher *m, const malt *a, const mslot *s)
         return (s && s->present) == a->exists;
     }
     if (a->kind == ALT_GROUP) {
-        return group_matches(m, a, s);
+        return group_matches(st, a, s);
     }
     if (!s || !s->present) {
         return 0;
     }
-    for (o = s->head; o != MNONE; o = m->occs[o].next) {
-        if (value_matches(m, a, &m->occs[o])) {
+    for (o = s->head; o != MNONE; o = st->occs[o].next) {
+        if (value_matches(st, a, &st->occs[o])) {
             return 1;
         }
     }
@@ -133,8 +135,9 @@ alt_matches(const relay_matcher *m, const malt *a, const mslot *s)
 
 
 static int
-eval_group(const relay_matcher *m, uint32_t group, int32_t inst)
+eval_group(const relay_match_state *st, uint32_t group, int32_t inst)
 {
+    const relay_matcher *m = st->m;
     const mgroup *g = &m->groups[group];
     uint32_t f, a;
 
@@ -143,11 +146,11 @@ eval_group(const relay_matcher *m, uint32_t group, int32_t inst)
     }
     for (f = g->first_field; f != MNONE; f = m->fields[f].next) {
         const mfield *field = &m->fields[f];
-        const mslot *s = &m->slots[m->insts[inst].slot_base + m->nodes[field->node].child_index];
+        const mslot *s = &st->slots[st->insts[inst].slot_base + m->nodes[field->node].child_index];
         int ok = 0;
 
         for (a = field->first_alt; a != MNONE && !ok; a = m->alts[a].next) {
-            ok = alt_matches(m, &m->alts[a], s);
+            ok = alt_matches(st, &m->alts[a], s);
         }
         if (!ok) {
             return 0;
@@ -158,7 +161,8 @@ eval_group(const relay_matcher *m, uint32_t group, int32_t inst)
 
 
 int
-meval_rule(const relay_matcher *m, uint32_t rule)
+meval_rule(const relay_match_state *st, uint32_t rule)
 {
-    return eval_group(m, m->rules[rule], m->ninst ? 0 : -1);
+    const relay_matcher *m = st->m;
+    return eval_group(st, m->rules[rule], st->ninst ? 0 : -1);
 }

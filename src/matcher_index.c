@@ -32,6 +32,9 @@ alt_score(const malt *a)
 }
 
 
+static uint32_t alt_tag(const malt *a);
+
+
 static int
 field_score(const relay_matcher *m, const mfield *f)
 {
@@ -48,24 +51,156 @@ field_score(const relay_matcher *m, const mfield *f)
 }
 
 
-static void
-find_anchor(const relay_matcher *m, uint32_t group, uint32_t *best, int *best_score)
+/* The fields a rule may anchor on, in order: visit(m, field, ctx) for each
+ * field whose alternatives are all indexable, reached through top-level
+ * fields and single-group alternatives (so it is ANDed with the rest). */
+typedef int (*field_visit)(const relay_matcher *m, uint32_t field, void *ctx);
+
+static int
+each_anchorable(const relay_matcher *m, uint32_t group, field_visit visit, void *ctx)
 {
     uint32_t f;
 
     for (f = m->groups[group].first_field; f != MNONE; f = m->fields[f].next) {
         const mfield *field = &m->fields[f];
         const malt *first = &m->alts[field->first_alt];
-        int s = field_score(m, field);
 
-        if (s > *best_score) {
-            *best = f;
-            *best_score = s;
+        if (field_score(m, field) > 0 && visit(m, f, ctx) < 0) {
+            return -1;
         }
-        if (first->kind == ALT_GROUP && first->next == MNONE) {
-            find_anchor(m, first->group, best, best_score);
+        if (first->kind == ALT_GROUP && first->next == MNONE && each_anchorable(m, first->group, visit, ctx) < 0) {
+            return -1;
         }
     }
+    return 0;
+}
+
+
+/* Counts of how many rules could anchor on each (node, tag, literal). */
+static mentry *
+literal_count(const relay_matcher *m, const mtable *counts, uint32_t node, const malt *a)
+{
+    uint32_t tag = alt_tag(a);
+    const char *key = m->pool + a->str_off;
+
+    return mtable_find(counts, mindex_hash(node, tag, key, a->str_len), node, tag, m->pool, key, a->str_len);
+}
+
+
+static int
+count_field(const relay_matcher *m, uint32_t f, void *ctx)
+{
+    mtable *counts = ctx;
+    uint32_t a, node = m->fields[f].node;
+
+    for (a = m->fields[f].first_alt; a != MNONE; a = m->alts[a].next) {
+        const malt *alt = &m->alts[a];
+        mentry *e = literal_count(m, counts, node, alt);
+
+        if (!e) {
+            if (!(e = mtable_insert(counts, mindex_hash(node, alt_tag(alt), m->pool + alt->str_off, alt->str_len)))) {
+                return -1;
+            }
+            e->node = node;
+            e->tag = alt_tag(alt);
+            e->key_off = alt->str_off;
+            e->key_len = alt->str_len;
+        }
+        e->count++;
+    }
+    return 0;
+}
+
+
+/* The anchor chosen so far for one rule. */
+typedef struct anchor_choice {
+    const mtable *counts;
+    uint32_t field;
+    double cost;
+} anchor_choice;
+
+/* What an alternative costs as an anchor per rule sharing its literal: a
+ * weak operand (a short prefix, true, null) makes most events candidates. */
+static double
+alt_weight(const malt *a)
+{
+    static const double weight[] = {0, 64, 4, 2, 1};
+
+    return weight[alt_score(a)];
+}
+
+
+/* Expected candidates if the rule anchors on field f: rules sharing each of
+ * its literals, weighted. The cheapest field wins, the first one on ties. */
+static int
+weigh_field(const relay_matcher *m, uint32_t f, void *ctx)
+{
+    anchor_choice *c = ctx;
+    uint32_t a, node = m->fields[f].node;
+    double cost = 0;
+
+    for (a = m->fields[f].first_alt; a != MNONE; a = m->alts[a].next) {
+        const malt *alt = &m->alts[a];
+        const mentry *e = literal_count(m, c->counts, node, alt);
+
+        cost += alt_weight(alt) * (e ? e->count : 1);
+    }
+    if (cost < c->cost) {
+        c->cost = cost;
+        c->field = f;
+    }
+    return 0;
+}
+
+
+/* The first anchorable field of a rule and how many there are. */
+typedef struct anchor_options {
+    uint32_t first;
+    uint32_t count;
+} anchor_options;
+
+static int
+note_option(const relay_matcher *m, uint32_t f, void *ctx)
+{
+    anchor_options *o = ctx;
+
+    (void)m;
+    if (o->count++ == 0) {
+        o->first = f;
+    }
+    return 0;
+}
+
+
+/* Each rule's anchor: the field whose literals the fewest other rules share,
+ * so that one event value makes few rules candidates however many rules
+ * there are. A rule with one anchorable field has no choice; when no rule
+ * has two, nothing needs counting. Returns -1 when memory ran out. */
+static int
+choose_anchors(const relay_matcher *m, uint32_t *anchors)
+{
+    mtable counts = {NULL, 0, 0};
+    uint32_t r;
+    int rc = 0, choices = 0;
+
+    for (r = 0; r < m->nrules; r++) {
+        anchor_options o = {MNONE, 0};
+
+        each_anchorable(m, m->rules[r], note_option, &o);
+        anchors[r] = o.first;
+        choices |= o.count > 1;
+    }
+    for (r = 0; choices && r < m->nrules && rc == 0; r++) {
+        rc = each_anchorable(m, m->rules[r], count_field, &counts);
+    }
+    for (r = 0; choices && r < m->nrules && rc == 0; r++) {
+        anchor_choice c = {&counts, MNONE, 1e300};
+
+        each_anchorable(m, m->rules[r], weigh_field, &c);
+        anchors[r] = c.field;
+    }
+    mtable_free(&counts);
+    return rc;
 }
 
 
@@ -196,16 +331,15 @@ index_pass(relay_matcher *m, uint32_t *anchors, int fill)
 int
 mindex_build(relay_matcher *m)
 {
-    uint32_t *anchors, r;
-    int score, rc = -1;
+    uint32_t *anchors;
+    int rc = -1;
 
     if (!(anchors = malloc((m->nrules ? m->nrules : 1) * sizeof(*anchors)))) {
         return -1;
     }
-    for (r = 0; r < m->nrules; r++) {
-        anchors[r] = MNONE;
-        score = 0;
-        find_anchor(m, m->rules[r], &anchors[r], &score);
+    if (choose_anchors(m, anchors) < 0) {
+        free(anchors);
+        return -1;
     }
     free(m->always);
     m->nalways = 0;
@@ -240,8 +374,9 @@ mindex_clear(relay_matcher *m)
 
 /* Mark the rules whose anchor literal (node, tag, key) was seen. */
 void
-mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key, size_t len)
+mindex_candidates(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len)
 {
+    const relay_matcher *m = s->m;
     mentry *e = mtable_find(&m->index, mindex_hash(node, tag, key, len), node, tag, m->pool, key, len);
     uint32_t i, rule;
 
@@ -250,14 +385,14 @@ mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key
     }
     for (i = 0; i < e->count; i++) {
         rule = m->postings[e->value + i];
-        if (m->stamp[rule] == m->generation) {
+        if (s->stamp[rule] == s->generation) {
             continue;
         }
-        m->stamp[rule] = m->generation;
-        if (mgrow(&m->cands, &m->cand_cap, m->ncand + 1, sizeof(*m->cands)) < 0) {
-            m->oom = 1;
+        s->stamp[rule] = s->generation;
+        if (mgrow(&s->cands, &s->cand_cap, s->ncand + 1, sizeof(*s->cands)) < 0) {
+            s->oom = 1;
             return;
         }
-        m->cands[m->ncand++] = rule;
+        s->cands[s->ncand++] = rule;
     }
 }

@@ -15,6 +15,9 @@
 #include <stdint.h>
 
 #define MNONE UINT32_MAX
+/* Up to this many children, a node's keys are compared directly instead of
+ * hashed: cheaper for the few keys a rule set usually tracks per object. */
+#define MFEW_CHILDREN 4
 
 typedef enum alt_kind {
     ALT_EQ_STR,
@@ -79,13 +82,18 @@ typedef struct mnode {
     uint32_t key_off, key_len;
     uint32_t child_index; /* slot offset within an instance of parent */
     uint32_t nchildren;
-    uint64_t child_lens;   /* bit min(len, 63) set for each child key: skips hashing */
-    uint8_t needs_number;  /* some alternative compares numbers here */
-    uint8_t indexed;       /* some literal of the index lives here */
-    uint32_t *prefix_lens; /* distinct anchor prefix lengths, ascending */
+    uint64_t child_lens;                  /* bit min(len, 63) set for each child key: skips hashing */
+    uint32_t few_children[MFEW_CHILDREN]; /* the children while nchildren <= MFEW_CHILDREN */
+    uint8_t needs_number;                 /* some alternative compares numbers here */
+    uint8_t indexed;                      /* some literal of the index lives here */
+    uint32_t *prefix_lens;                /* distinct anchor prefix lengths, ascending */
     uint32_t nprefix;
     uint32_t *suffix_lens;
     uint32_t nsuffix;
+    double *eq_nums; /* equality literals here, ascending (matcher_numbers.c) */
+    uint32_t neq_nums;
+    uint8_t compares_number; /* some gt/gte/lt/lte alternative is here */
+    uint8_t eq_only;         /* needs_number for equality only: estimates do */
 } mnode;
 
 /* Open-addressing hash table entry; used for trie edges and the index. */
@@ -126,6 +134,29 @@ typedef struct minst {
     uint32_t slot_base;
 } minst;
 
+/* Per-event scratch of one matching thread: the values found so far and the
+ * candidate rules. The matcher itself stays read-only while matching, so
+ * threads with a state each can share one compiled matcher. */
+struct relay_match_state {
+    const relay_matcher *m; /* the matcher of the match in progress */
+    mocc *occs;
+    size_t nocc, occ_cap;
+    mslot *slots;
+    size_t nslot, slot_cap;
+    minst *insts;
+    size_t ninst, inst_cap;
+    char *arena; /* unescaped strings; as large as the event */
+    size_t arena_len, arena_cap;
+    uint32_t *stamp; /* per rule: generation it became a candidate */
+    size_t stamp_len;
+    const relay_matcher *stamped; /* the matcher the stamps belong to */
+    uint32_t generation;
+    uint32_t *cands;
+    size_t ncand, cand_cap;
+    int oom;
+    int64_t now_ms;
+};
+
 struct relay_matcher {
     /* compile side */
     char *pool;
@@ -148,21 +179,8 @@ struct relay_matcher {
     size_t nalways;
     int compiled;
 
-    /* match side scratch */
-    mocc *occs;
-    size_t nocc, occ_cap;
-    mslot *slots;
-    size_t nslot, slot_cap;
-    minst *insts;
-    size_t ninst, inst_cap;
-    char *arena; /* unescaped strings; as large as the event */
-    size_t arena_len, arena_cap;
-    uint32_t *stamp; /* per rule: generation it became a candidate */
-    uint32_t generation;
-    uint32_t *cands;
-    size_t ncand, cand_cap;
-    int oom;
-    int64_t now_ms;
+    /* the single-threaded API's scratch (relay_matcher_match) */
+    relay_match_state *own;
 };
 
 /* matcher_util.c */
@@ -183,10 +201,17 @@ uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, s
 /* matcher_index.c */
 int mindex_build(relay_matcher *m);
 void mindex_clear(relay_matcher *m);
-void mindex_candidates(relay_matcher *m, uint32_t node, uint32_t tag, const char *key, size_t len);
+void mindex_candidates(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
+
+/* matcher_numbers.c */
+int mnumbers_build(relay_matcher *m);
+void mnumbers_clear(relay_matcher *m);
+/* The value for node n's alternatives; *unequal when it provably equals none
+ * of the node's literals (then it may be an estimate: see the file). */
+double mnumber_value(const mnode *n, const char *text, size_t len, int *unequal);
 
 /* matcher_eval.c */
-int meval_rule(const relay_matcher *m, uint32_t rule);
+int meval_rule(const relay_match_state *s, uint32_t rule);
 
 /* matcher_time.c: parse RFC3339 into seconds since the epoch plus
  * nanoseconds; *beyond_ns is set when further nonzero fraction digits exist. */

@@ -83,8 +83,21 @@ parse_string(rparser *r, uint32_t *off, uint32_t *len)
 uint32_t
 mnode_child(const relay_matcher *m, uint32_t parent, const char *key, size_t len)
 {
-    mentry *e = mtable_find(&m->edges, medge_hash(parent, key, len), parent, 0, m->pool, key, len);
+    const mnode *p = &m->nodes[parent];
+    const mentry *e;
+    uint32_t i;
 
+    if (p->nchildren <= MFEW_CHILDREN) {
+        for (i = 0; i < p->nchildren; i++) {
+            const mnode *c = &m->nodes[p->few_children[i]];
+
+            if (c->key_len == len && memcmp(m->pool + c->key_off, key, len) == 0) {
+                return p->few_children[i];
+            }
+        }
+        return MNONE;
+    }
+    e = mtable_find(&m->edges, medge_hash(parent, key, len), parent, 0, m->pool, key, len);
     return e ? e->value : MNONE;
 }
 
@@ -113,6 +126,9 @@ node_child(relay_matcher *m, uint32_t parent, uint32_t off, uint32_t len, uint32
     n->key_off = off;
     n->key_len = len;
     n->child_index = m->nodes[parent].nchildren++;
+    if (n->child_index < MFEW_CHILDREN) {
+        m->nodes[parent].few_children[n->child_index] = (uint32_t)m->nnodes;
+    }
     m->nodes[parent].child_lens |= UINT64_C(1) << (len < 63 ? len : 63);
     *child = (uint32_t)m->nnodes++;
     return 0;

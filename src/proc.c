@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -340,8 +341,21 @@ child_limits_and_ids(const relay_proc_opts *o, int errfd)
 }
 
 
+/* The kernel SIGKILLs the child when its parent ends, however it ends (a
+ * SIGKILL included); a parent already gone before the request is noticed
+ * here. Set after the identity change, which clears the request. */
 static void
-child_exec(const relay_proc_opts *o, const char *path, const int std[3], const int *fds, size_t n_fds, int errfd)
+child_die_with_parent(pid_t parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
+        _exit(127);
+    }
+}
+
+
+static void
+child_exec(const relay_proc_opts *o, const char *path, const int std[3], const int *fds, size_t n_fds, int errfd,
+           pid_t parent)
 {
     struct sigaction sa;
     sigset_t all;
@@ -365,11 +379,33 @@ child_exec(const relay_proc_opts *o, const char *path, const int std[3], const i
     child_cloexec_all();
     errfd = child_pass_fds(fds, n_fds, errfd);
     child_limits_and_ids(o, errfd);
+    if (o->die_with_parent) {
+        child_die_with_parent(parent);
+    }
     if (o->cwd != NULL && chdir(o->cwd) != 0) {
         child_fail(errfd, STAGE_CHDIR, 0);
     }
     execve(path, (char *const *)o->argv, (char *const *)(o->envp != NULL ? o->envp : (const char *const *)environ));
     child_fail(errfd, STAGE_EXEC, 0);
+}
+
+
+/* join_only: the cgroup writes, nothing else (no exec to reset for). */
+static void
+child_join_and_exit(const relay_proc_opts *o, int errfd)
+{
+    struct sigaction sa;
+    int sig;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    for (sig = 1; sig < NSIG; sig++) {
+        sigaction(sig, &sa, NULL);
+    }
+    /* nobody reads the error pipe of this child: its exit status reports */
+    close(errfd);
+    child_join_cgroups(o->cgroup_procs, -1);
+    _exit(0);
 }
 
 
@@ -765,8 +801,9 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     p->child.data = p;
     ev_child_start(p->loop, &p->child);
 
+    /* a join_only child blocks in its cgroup write: its exit status tells */
     do {
-        n = read(errfd, &ce, sizeof ce);
+        n = o->join_only ? 0 : read(errfd, &ce, sizeof ce);
     } while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof ce) {
         describe_start_error(p, o, &ce);
@@ -832,6 +869,7 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
     size_t n_fds;
     char path[4096];
     relay_proc *p;
+    pid_t parent;
 
     if (o->argv == NULL || o->argv[0] == NULL || o->n_pass_fds > MAX_PASS_FDS) {
         snprintf(err, errlen, o->argv == NULL || o->argv[0] == NULL ? "empty argv" : "too many pass_fds");
@@ -850,6 +888,7 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
     }
     n_fds = child_fd_list(o, ctl[1], fds);
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    parent = getpid();
     p->pid = fork();
     if (p->pid < 0) {
         snprintf(err, errlen, "fork: %s", strerror(errno));
@@ -859,7 +898,10 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
         int std[3] = {in[0], out[1], errp[1]};
 
         close(ep[0]);
-        child_exec(o, path, std, fds, n_fds, ep[1]);
+        if (o->join_only) {
+            child_join_and_exit(o, ep[1]);
+        }
+        child_exec(o, path, std, fds, n_fds, ep[1], parent);
     }
     close(in[0]);
     close(out[1]);

@@ -77,6 +77,15 @@ offset_to_mark(const char *text, size_t len, size_t offset, size_t *line, size_t
 }
 
 
+/* libyaml's words for a tab in indentation ("found character that cannot
+ * start any token") do not say what to change; its mark is on the tab. */
+static int
+at_tab(const parse_ctx *ctx, const yaml_parser_t *p)
+{
+    return p->problem_mark.index < ctx->len && ctx->text[p->problem_mark.index] == '\t';
+}
+
+
 static void
 set_parser_err(parse_ctx *ctx)
 {
@@ -97,7 +106,10 @@ set_parser_err(parse_ctx *ctx)
         }
         break;
     default:
-        if (p->context) {
+        if (at_tab(ctx, p)) {
+            set_err(ctx, p->problem_mark.line + 1, p->problem_mark.column + 1,
+                    "tabs are not allowed for indentation; indent with spaces");
+        } else if (p->context) {
             set_err(ctx, p->problem_mark.line + 1, p->problem_mark.column + 1, "%s %s (line %zu:%zu)",
                     p->problem ? p->problem : "invalid YAML", p->context, p->context_mark.line + 1,
                     p->context_mark.column + 1);

@@ -77,7 +77,8 @@ int relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const
 
 /* Select the level (clamped to what this CPU and build support) for all
  * later scans; returns the level in effect. Not thread-safe: call it before
- * scanning starts (the first scan picks AUTO by itself). */
+ * scanning starts (the first scan picks AUTO by itself, once, even when the
+ * first scans run on several threads). */
 int relay_json_set_simd(int level);
 
 /* Decode the contents of a valid JSON string (no quotes) into `out`, which

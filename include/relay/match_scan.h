@@ -5,7 +5,10 @@
  * caller's (a sink of two callbacks); this unit only reads, splits and matches.
  *
  * Reading is blocking stdio: meant for a one-shot command, never for the
- * daemon's loop.
+ * daemon's loop. A regular file is mapped into memory instead of read, and its
+ * lines are matched on several threads (relay_match_scan_memory); pipes and
+ * terminals are read a buffer at a time on the caller's thread. Either way
+ * the sink hears the same calls in the same order, on the caller's thread.
  *
  * Every line is an event, the last one too when no newline ends it. A line the
  * matcher refuses is malformed, an empty line included ("empty event"). A line
@@ -37,8 +40,12 @@ typedef struct relay_match_scan_sink {
 typedef struct relay_match_scan_opts {
     size_t max_bytes;  /* the largest event accepted (RELAY_MAX_EVENT_BYTES) */
     int64_t now_ms;    /* wall clock for temporal rules, ms since the Unix epoch */
-    size_t read_chunk; /* 0 for 4 MiB; the read buffer holds max(max_bytes + 1,
-                        * read_chunk) bytes, at most 1 GiB */
+    size_t read_chunk; /* streaming: 0 for 4 MiB; the read buffer holds
+                        * max(max_bytes + 1, read_chunk) bytes, at most 1 GiB.
+                        * In memory: the size of the chunks the threads take,
+                        * 0 for 1 MiB */
+    int threads;       /* in memory: matching threads, 0 for one per CPU this
+                        * process may use; 1 matches on the caller's thread */
 } relay_match_scan_opts;
 
 typedef struct relay_match_scan_counts {
@@ -54,5 +61,16 @@ typedef struct relay_match_scan_counts {
  */
 int relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
                      relay_match_scan_counts *counts, char *err, size_t errlen);
+
+/*
+ * The same over the len bytes at text, matched on opts->threads threads (0:
+ * one per CPU), each with its own relay_match_state over the shared matcher,
+ * compiled first. The sink's callbacks run on the calling thread only, in
+ * line order. Lines longer than max_bytes are reported by the matcher
+ * ("event too large ..."), as any other malformed line.
+ */
+int relay_match_scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts,
+                            const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err,
+                            size_t errlen);
 
 #endif

@@ -16,7 +16,9 @@
  * paths some rule uses are collected; literal alternatives are looked up in
  * hash tables, so the cost per event barely depends on the number of rules.
  *
- * A matcher is not thread-safe: match() reuses scratch memory inside it.
+ * relay_matcher_match() is not thread-safe: it reuses scratch memory inside
+ * the matcher. Threads share one compiled matcher read-only by giving
+ * relay_matcher_match_with() a relay_match_state each.
  * The API is flat (handles, buffers, no callbacks) so that a binding stays thin.
  */
 #ifndef RELAY_MATCHER_H
@@ -98,6 +100,19 @@ size_t relay_matcher_count(const relay_matcher *m);
  * now_ms: wall-clock milliseconds since the Unix epoch, for temporal rules. */
 int relay_matcher_match(relay_matcher *m, const char *event, size_t len, size_t max_bytes, int64_t now_ms,
                         uint32_t *ids, size_t ids_cap, char *reason, size_t reasonlen);
+
+/* Scratch memory for matching, one per thread that matches: with it, a
+ * compiled matcher is only read, so threads can share it. NULL when out of
+ * memory. */
+typedef struct relay_match_state relay_match_state;
+relay_match_state *relay_match_state_new(void);
+void relay_match_state_free(relay_match_state *st);
+
+/* relay_matcher_match() with the caller's scratch. m must be compiled
+ * (relay_matcher_compile) and must not change while any thread matches. */
+int relay_matcher_match_with(const relay_matcher *m, relay_match_state *st, const char *event, size_t len,
+                             size_t max_bytes, int64_t now_ms, uint32_t *ids, size_t ids_cap, char *reason,
+                             size_t reasonlen);
 
 /* Free the matcher and everything it owns; NULL is fine. */
 void relay_matcher_free(relay_matcher *m);

@@ -79,6 +79,10 @@ typedef struct relay_proc_opts {
     size_t line_max;                 /* 0: RELAY_PROC_LINE_MAX */
     int keep_group;                  /* 0: SIGKILL what is left of the group once the child is reaped */
     const char *const *cgroup_procs; /* NULL-terminated cgroup.procs files the child joins before exec */
+    /* 1: the child only joins cgroup_procs and exits (0, or 127 when a write
+     * failed), without exec; spawn returns without waiting for it. A write to
+     * cgroup.procs may wait a kernel grace period: the caller goes on meanwhile. */
+    int join_only;
     /* Applied in the child after joining the cgroups, in this order, so a
      * root daemon can place the child and then drop its identity. */
     const int *pass_fds; /* these descriptors become fds 3, 4, ... of the child */
@@ -88,6 +92,7 @@ typedef struct relay_proc_opts {
     int no_core; /* 1: RLIMIT_CORE 0 */
     int set_ids; /* 1: setgroups({}), setgid(gid), setuid(uid) before exec */
     long uid, gid;
+    int die_with_parent; /* 1: the kernel SIGKILLs the child when this process ends */
     relay_proc_line_fn on_line;
     relay_proc_done_fn on_done;
     relay_proc_hook_fn on_hook;

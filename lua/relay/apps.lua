@@ -11,15 +11,22 @@
 --   apps.find(list, name)       -> app or nil
 --
 -- An app is
---   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid),
+--   { name, dir, path, state = "ok"|"invalid", error = "FILE:LINE:COL: message" (invalid; the
+--     first, with " (and N more)" when the template has more: errors lists them all),
 --     source = <template text>,
 --     runtime = { driver (nil = RELAY_RUNTIME), image ("host"), command (nil or argv list),
 --                 memory (bytes, 256Mi), pids (64), cpus (nil = no quota), network ("none"),
---                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool) },
+--                 env (map, PYTHONUNBUFFERED=1 unless set), init (nil = auto, or bool),
+--                 secrets = { {name, from = "file"|"env", as = "file"|"env", at = "FILE:LINE:COL"} ... },
+--                 mounts = { {source, target, writable, at} ... } },
+--     (whether a secret exists and a mount source is allowed depends on the
+--     daemon's environment: relay.runtime.access checks that at availability)
 --     concurrency (nil = MAX_CONCURRENCY),
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
---     schedules = { {name, handler, cron, every_ms, payload, payload_json, timeout_ms,
+--     schedules = { {name, handler, cron, every_ms, timezone (IANA name or nil),
+--                    zone (relay.tzif, with timezone), payload, payload_json, timeout_ms,
 --                    retries, line, col} ... },
+--     program_at = "FILE:LINE:COL" of runtime.command[1] (when given),
 --     reload_error (set by merge when a newer template was invalid and this is the last
 --                   good version) }
 -- Failure shapes: a directory that is not a valid app (bad name, no template.yaml) is an
@@ -32,6 +39,7 @@ local cron = require("relay.cron")
 local fs = require("relay.fs")
 local safefs = require("relay.core.safefs")
 local textutil = require("relay.text")
+local tzif = require("relay.tzif")
 local constants = require("relay.constants")
 
 local _M = {}
@@ -65,20 +73,42 @@ _M.DEFAULT_PIDS = 64
 _M.MAX_PIDS = 4194304
 _M.MAX_CONCURRENCY = 65535
 _M.MAX_NOFILE = 1048576
+-- A secret file's name in RELAY_SECRETS_DIR and under /run/secrets: one
+-- plain component (no path, no leading dot). As shown to users; as a Lua pattern.
+_M.SECRET_FILE_RULE = "[A-Za-z0-9_][A-Za-z0-9_.-]*"
+_M.SECRET_FILE_RULE_PATTERN = "^" .. _M.SECRET_FILE_RULE .. "$"
 local IMAGE_NAME = "^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$"
 _M.DRIVERS = { "auto", "runc", "bwrap", "docker", "podman" }
 
 local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
 local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init",
-    "nofile", "seccomp" }
+    "nofile", "seccomp", "secrets", "mounts" }
+local SECRET_KEYS = { "name", "as" }
+local MOUNT_KEYS = { "source", "target", "writable" }
 local EVENT_KEYS = { "handler", "pattern", "timeout", "retries" }
-local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "payload", "timeout", "retries" }
+local SCHEDULE_KEYS = { "name", "handler", "cron", "every", "timezone", "payload", "timeout", "retries" }
 
 local TEMPLATE_ERROR = {} -- tag of the errors raised inside validation
 
 
 local function fail(ctx, node, fmt, ...)
     error({ [TEMPLATE_ERROR] = yaml.where(ctx.file, node) .. ": " .. string.format(fmt, ...) }, 0)
+end
+
+
+--- fn(ctx, ...), or nil after noting its template error in ctx.errors, so
+-- that one run reports every independent mistake of a file (each part of
+-- the root and each entry; within one part the first error stops it).
+local function collecting(ctx, fn, ...)
+    local ok, res = pcall(fn, ctx, ...)
+    if ok then
+        return res
+    end
+    if type(res) == "table" and res[TEMPLATE_ERROR] then
+        ctx.errors[#ctx.errors + 1] = res[TEMPLATE_ERROR]
+        return nil
+    end
+    error(res, 0)
 end
 
 
@@ -278,6 +308,169 @@ local function validate_seccomp(ctx, node)
 end
 
 
+local function required(ctx, entry, name, what)
+    local node = field(entry, name)
+    if not node then
+        fail(ctx, entry, "%s: missing %s", what, name)
+    end
+    return node
+end
+
+
+--- An absolute path written plainly: no ., .. or empty component, no
+-- trailing slash. A `..` could climb out of an allowed directory; the
+-- others would make the same place look like a different path.
+local function plain_absolute(path)
+    if path:sub(1, 1) ~= "/" or path == "/" or path:sub(-1) == "/" then
+        return false
+    end
+    for part in (path:sub(2) .. "/"):gmatch("([^/]*)/") do
+        if part == "" or part == "." or part == ".." then
+            return false
+        end
+    end
+    return true
+end
+
+
+--- Where a secret's value comes from: "env", NAME for env:NAME (Relay's
+-- variable), else "file", the name of a file in RELAY_SECRETS_DIR.
+local function secret_source(ctx, name_node, what)
+    local name = expect_string(ctx, name_node, what .. ".name")
+    local env_name = name:match("^env:(.*)$")
+    if env_name then
+        if not env_name:find(ENV_NAME) then
+            fail(ctx, name_node, "%s: %s is not a variable name: write env:NAME with NAME matching " ..
+                "[A-Za-z_][A-Za-z0-9_]*", what, yaml.json_string(name))
+        end
+        return "env", env_name
+    elseif name:find(_M.SECRET_FILE_RULE_PATTERN) and #name <= 255 then
+        return "file", name
+    end
+    fail(ctx, name_node, "%s: %s is neither env:NAME (a variable of Relay's environment) nor a file name " ..
+        "in RELAY_SECRETS_DIR (%s)", what, yaml.json_string(name), _M.SECRET_FILE_RULE)
+end
+
+
+--- How the secret is delivered: "file" (the default) or "env", whose
+-- name must then be a variable the handler may be given.
+local function secret_delivery(ctx, as_node, name_node, name, what)
+    local as = as_node and expect_string(ctx, as_node, what .. ".as") or "file"
+    if as ~= "file" and as ~= "env" then
+        fail(ctx, as_node, "%s.as must be file (the default: /run/secrets/<name>) or env, not %s", what,
+            yaml.json_string(as))
+    elseif as == "env" and not name:find(ENV_NAME) then
+        fail(ctx, name_node, "%s: %s cannot be a variable name ([A-Za-z_][A-Za-z0-9_]*); use as: file",
+            what, yaml.json_string(name))
+    elseif as == "env" and name:find("^RELAY_") then
+        fail(ctx, name_node, "%s: %s is reserved (Relay sets RELAY_* variables itself)", what, name)
+    end
+    return as
+end
+
+
+--- An entry of runtime.secrets: a name, or {name, as}.
+local function validate_secret(ctx, node, what, rt)
+    local name_node, as_node = node, nil
+    if node.kind == "map" then
+        check_keys(ctx, node, SECRET_KEYS, what)
+        name_node = required(ctx, node, "name", what)
+        as_node = field(node, "as")
+    end
+    local secret = { at = yaml.where(ctx.file, node) }
+    secret.from, secret.name = secret_source(ctx, name_node, what)
+    secret.as = secret_delivery(ctx, as_node, name_node, secret.name, what)
+    for _, other in ipairs(rt.secrets) do
+        if other.as == secret.as and other.name == secret.name then
+            fail(ctx, name_node, "%s: %s is delivered twice (first at %s)", what,
+                secret.as == "env" and ("variable " .. secret.name) or ("/run/secrets/" .. secret.name), other.at)
+        end
+    end
+    return secret
+end
+
+
+local function validate_secrets(ctx, node, rt)
+    expect_list(ctx, node, "runtime.secrets")
+    rt.secrets = {}
+    for i, item in ipairs(node.items) do
+        rt.secrets[#rt.secrets + 1] = collecting(ctx, validate_secret, item, string.format("runtime.secrets[%d]",
+            i), rt)
+    end
+end
+
+
+-- Where Relay mounts its own things (or the host's system directories, for
+-- `image: host`): a template mount at, inside or above one of them would
+-- hide or replace what every container relies on.
+_M.RESERVED_TARGETS = { "/app", "/proc", "/dev", "/sys", "/run/secrets", "/.relay-init", "/tmp", "/usr", "/etc",
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32" }
+
+
+--- Whether one of two absolute paths is the other or inside it.
+local function nested(a, b)
+    return a == b or a:sub(1, #b + 1) == b .. "/" or b:sub(1, #a + 1) == a .. "/"
+end
+
+
+local function validate_target(ctx, node, what, rt)
+    local target = expect_string(ctx, node, what .. ".target")
+    if not plain_absolute(target) then
+        fail(ctx, node, "%s.target must be an absolute path like /results (no ., .. or //), not %s", what,
+            yaml.json_string(target))
+    end
+    for _, reserved in ipairs(_M.RESERVED_TARGETS) do
+        if nested(target, reserved) then
+            fail(ctx, node, "%s.target %s would shadow %s (reserved: %s); choose a path such as /results", what,
+                target, reserved, table.concat(_M.RESERVED_TARGETS, ", "))
+        end
+    end
+    for _, other in ipairs(rt.mounts) do
+        if nested(target, other.target) then
+            fail(ctx, node, "%s.target %s overlaps the mount at %s (%s)", what, target, other.target, other.at)
+        end
+    end
+    return target
+end
+
+
+local function validate_mount(ctx, node, what, rt)
+    expect_map(ctx, node, what, "e.g. {source: /srv/relay/results, target: /results, writable: true}")
+    check_keys(ctx, node, MOUNT_KEYS, what)
+    local source_node = required(ctx, node, "source", what)
+    local source = expect_string(ctx, source_node, what .. ".source")
+    if not plain_absolute(source) then
+        fail(ctx, source_node, "%s.source must be an absolute host path under RELAY_ALLOWED_MOUNTS " ..
+            "(no ., .. or //), not %s", what, yaml.json_string(source))
+    end
+    local target = validate_target(ctx, required(ctx, node, "target", what), what, rt)
+    local writable = field(node, "writable")
+    return { source = source, target = target, writable = writable and expect_bool(ctx, writable,
+        what .. ".writable") or false, at = yaml.where(ctx.file, source_node) }
+end
+
+
+local function validate_mounts(ctx, node, rt)
+    expect_list(ctx, node, "runtime.mounts")
+    rt.mounts = {}
+    for i, item in ipairs(node.items) do
+        rt.mounts[#rt.mounts + 1] = collecting(ctx, validate_mount, item, string.format("runtime.mounts[%d]", i), rt)
+    end
+end
+
+
+--- A secret delivered as a variable must not silently replace one that
+-- runtime.env sets (checked once the whole runtime map is read).
+local function check_secret_env(_, rt)
+    for _, secret in ipairs(rt.secrets) do
+        if secret.as == "env" and rt.env[secret.name] and secret.name ~= "PYTHONUNBUFFERED" then
+            error({ [TEMPLATE_ERROR] = string.format("%s: runtime.secrets: %s is also set by runtime.env; " ..
+                "remove one of them", secret.at, secret.name) }, 0)
+        end
+    end
+end
+
+
 local RUNTIME_CHECKS = {
     driver = function(ctx, node, rt)
         local v = expect_string(ctx, node, "runtime.driver")
@@ -299,6 +492,7 @@ local RUNTIME_CHECKS = {
     end,
     command = function(ctx, node, rt)
         rt.command = validate_command(ctx, node)
+        ctx.program_node = node.items[1]
     end,
     memory = function(ctx, node, rt)
         if node.kind ~= "scalar" then
@@ -337,22 +531,33 @@ local RUNTIME_CHECKS = {
     init = function(ctx, node, rt)
         rt.init = expect_bool(ctx, node, "runtime.init")
     end,
+    secrets = function(ctx, node, rt)
+        validate_secrets(ctx, node, rt)
+    end,
+    mounts = function(ctx, node, rt)
+        validate_mounts(ctx, node, rt)
+    end,
 }
 
 
 local function validate_runtime(ctx, node)
     local rt = {
         image = "host", memory = _M.DEFAULT_MEMORY, pids = _M.DEFAULT_PIDS, network = "none",
-        env = { PYTHONUNBUFFERED = "1" },
+        env = { PYTHONUNBUFFERED = "1" }, secrets = {}, mounts = {},
     }
     if node == nil then
         return rt
     end
     expect_map(ctx, node, "runtime", "e.g. {command: [python3, /app/main.py]}")
-    check_keys(ctx, node, RUNTIME_KEYS, "runtime")
     for i, key in ipairs(node.keys) do
-        RUNTIME_CHECKS[key.text](ctx, node.values[i], rt)
+        local check = RUNTIME_CHECKS[key.text]
+        if check then
+            collecting(ctx, check, node.values[i], rt)
+        else
+            collecting(ctx, check_keys, { keys = { key } }, RUNTIME_KEYS, "runtime")
+        end
     end
+    collecting(ctx, check_secret_env, rt)
     return rt
 end
 
@@ -369,15 +574,6 @@ end
 --- timeout and retries, shared by events and schedules entries.
 local function validate_limits(ctx, entry, what, out)
     set_limits(ctx, field(entry, "timeout"), field(entry, "retries"), what, out)
-end
-
-
-local function required(ctx, entry, name, what)
-    local node = field(entry, name)
-    if not node then
-        fail(ctx, entry, "%s: missing %s", what, name)
-    end
-    return node
 end
 
 
@@ -405,8 +601,11 @@ local function validate_compiled_event(ctx, entry, index, seen)
         duplicate_handler(ctx, { line = entry.handler_line, col = entry.handler_col }, handler, seen[handler])
     end
     seen[handler] = entry
-    local ev = { handler = handler, pattern_json = entry.pattern_json, line = entry.line, col = entry.col }
-    set_limits(ctx, entry.timeout, entry.retries, string.format("events[%d]", index), ev)
+    local ev = { handler = handler, pattern_json = entry.pattern_json, line = entry.line, col = entry.col,
+        timeout_ms = _M.DEFAULT_TIMEOUT_MS, retries = _M.DEFAULT_RETRIES }
+    if entry.timeout or entry.retries then -- rare: the name for messages is only made then
+        set_limits(ctx, entry.timeout, entry.retries, string.format("events[%d]", index), ev)
+    end
     return ev
 end
 
@@ -477,6 +676,27 @@ local function validate_trigger(ctx, entry, what, sched)
 end
 
 
+--- `timezone:` (cron only: an interval is aligned to the epoch, not to a
+-- wall clock). The zone is loaded once, here.
+local function validate_timezone(ctx, entry, what, sched)
+    local node, key = field(entry, "timezone")
+    if not node then
+        return
+    end
+    local name = expect_string(ctx, node, what .. ".timezone")
+    if not sched.cron then
+        fail(ctx, key, "%s.timezone applies to cron schedules only (every is counted from the Unix epoch)", what)
+    end
+    local zone, err = tzif.load(name)
+    if not zone then
+        local guess = tzif.similar(name)
+        fail(ctx, node, "%s.timezone: %s; %s", what, err, guess and ("did you mean " .. guess .. "?")
+            or "use an IANA name such as Europe/Berlin or America/New_York")
+    end
+    sched.timezone, sched.zone = name, zone
+end
+
+
 local function validate_schedule(ctx, entry, index, seen)
     local what = string.format("schedules[%d]", index)
     expect_map(ctx, entry, what, "with name, handler and cron or every")
@@ -493,6 +713,7 @@ local function validate_schedule(ctx, entry, index, seen)
     local sched = { name = name, handler = handler, line = entry.line, col = entry.col,
         payload = yaml.null, payload_json = "null" }
     validate_trigger(ctx, entry, what, sched)
+    validate_timezone(ctx, entry, what, sched)
     local payload = field(entry, "payload")
     if payload then
         local json, err, bad = yaml.to_json(payload)
@@ -509,18 +730,17 @@ end
 local function validate_entries(ctx, root, key, validate_one)
     local node = field(root, key)
     local out, seen = {}, {}
-    if node == nil then
+    if node == nil or not collecting(ctx, expect_list, node, key) then
         return out
     end
-    expect_list(ctx, node, key)
     for i, entry in ipairs(node.items) do
-        out[i] = validate_one(ctx, entry, i, seen)
+        out[#out + 1] = collecting(ctx, validate_one, entry, i, seen)
     end
     return out
 end
 
 
-local function validate_root(ctx, root, app)
+local function expect_root_map(ctx, root)
     if root.kind ~= "map" then
         if yaml.is_null(root) then
             fail(ctx, root, "the template is empty; expected a map with %s", table.concat(TOP_KEYS, ", "))
@@ -528,10 +748,23 @@ local function validate_root(ctx, root, app)
         fail(ctx, root, "a template must be a map with %s, not %s", table.concat(TOP_KEYS, ", "),
             yaml.describe(root))
     end
-    check_keys(ctx, root, TOP_KEYS, "template")
-    app.runtime = validate_runtime(ctx, (field(root, "runtime")))
+    return root
+end
+
+
+local function validate_concurrency(ctx, node)
+    return expect_int(ctx, node, "concurrency", 1, _M.MAX_CONCURRENCY)
+end
+
+
+local function validate_root(ctx, root, app)
+    if not collecting(ctx, expect_root_map, root) then
+        return
+    end
+    collecting(ctx, check_keys, root, TOP_KEYS, "template")
+    app.runtime = collecting(ctx, validate_runtime, (field(root, "runtime")))
     local conc = field(root, "concurrency")
-    app.concurrency = conc and expect_int(ctx, conc, "concurrency", 1, _M.MAX_CONCURRENCY) or nil
+    app.concurrency = conc and collecting(ctx, validate_concurrency, conc) or nil
     app.events = validate_entries(ctx, root, "events", validate_event)
     app.schedules = validate_entries(ctx, root, "schedules", validate_schedule)
 end
@@ -559,14 +792,16 @@ function _M.validate(text, path, name, app_dir)
     if not root then
         return invalid(app, err)
     end
-    local ok, res = pcall(validate_root, { file = path }, root, app)
-    if not ok then
-        if type(res) == "table" and res[TEMPLATE_ERROR] then
-            return invalid(app, res[TEMPLATE_ERROR])
-        end
-        error(res, 0)
+    local ctx = { file = path, errors = {} }
+    validate_root(ctx, root, app)
+    if #ctx.errors > 0 then
+        local more = #ctx.errors - 1
+        invalid(app, ctx.errors[1] .. (more > 0 and string.format(" (and %d more)", more) or ""))
+        app.errors = ctx.errors
+        return app
     end
     app.state = "ok"
+    app.program_at = ctx.program_node and yaml.where(path, ctx.program_node)
     return app
 end
 

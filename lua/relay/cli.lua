@@ -18,6 +18,7 @@ _M.COMMANDS = {
     { "dlq", "List, inspect, replay and remove dead letters." },
     { "schedule", "List schedules and their next occurrences." },
     { "status", "Show stream, group, consumers, DLQ and paused apps." },
+    { "consumer", "List the group's consumers; remove a dead one." },
     { "version", "Show the versions of relay and its libraries." },
     { "completion", "Print a shell completion script (bash, zsh or fish)." },
 }
@@ -40,11 +41,14 @@ local function build_parser(argv)
 end
 
 
+-- EX_SOFTWARE: a bug, told apart from 1 ("not found") and 2 (usage, config).
+local INTERNAL_ERROR = 70
+
 local function report(err)
     if exit.is_exit(err) then
         return err
     end
-    return { code = 1, message = "internal error: " .. debug.traceback(tostring(err), 2) }
+    return { code = INTERNAL_ERROR, message = "internal error: " .. debug.traceback(tostring(err), 2) }
 end
 
 
@@ -94,12 +98,32 @@ local function parse(parser, argv)
 end
 
 
+-- `relay help [COMMAND…]` is `relay [COMMAND…] --help`; `relay --version`
+-- is `relay version`.
+local function with_aliases(argv)
+    if argv[1] == "help" then
+        local rest = { unpack(argv, 2) }
+        rest[#rest + 1] = "--help"
+        return rest
+    end
+    if argv[1] == "--version" then
+        return { "version", unpack(argv, 2) }
+    end
+    return argv
+end
+
+
 --- Entry point: the host calls it with argv (without the program name).
 -- @return the process exit code
 function _M.main(argv)
     if argv[1] == "x-lua" then
         return run_script(argv)
     end
+    if #argv == 0 then
+        io.stderr:write(_M.new_parser():get_help(), "\n")
+        return 2
+    end
+    argv = with_aliases(argv)
     local parser, command = build_parser(argv)
     local ok, args = parse(parser, argv)
     if ok == "exit" then

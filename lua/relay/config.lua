@@ -7,6 +7,7 @@ local _M = {}
 
 local MAX_CONCURRENCY_LIMIT = 1024
 local MAX_EVENT_BYTES_LIMIT = 512 * 1024 * 1024
+local SENTINEL_PORT = 26379  -- Redis Sentinel's own default
 
 -- variable, flag, config key, default (a function for computed defaults), parser
 local SETTINGS = {}
@@ -58,24 +59,61 @@ local function parse_db(text)
 end
 
 
+--- user:password@ (or :password@) before an address: sets addr.user and
+-- addr.password. @return true | nil, reason
+local function parse_credentials(auth, addr)
+    if auth == "" then
+        return true
+    end
+    local user, password = auth:sub(1, -2):match("^([^:]*):(.*)$")
+    if not user then
+        return nil, "credentials must be user:password@ (or :password@)"
+    end
+    addr.user = user ~= "" and percent_decode(user) or nil
+    addr.password = percent_decode(password)
+    return true
+end
+
+
+--- A unix URL's query: db=N and password=P, joined by &.
+local function parse_unix_query(query, addr)
+    for pair in query:gmatch("[^&]+") do
+        local name, value = pair:match("^([^=]+)=(.*)$")
+        if name == "db" then
+            local db, err = parse_db(value)
+            if not db then
+                return nil, err
+            end
+            addr.db = db
+        elseif name == "password" then
+            addr.password = percent_decode(value)
+        else
+            return nil, "the query parameters are db=N and password=P"
+        end
+    end
+    return true
+end
+
+
 local function parse_unix_url(rest)
-    local path, query = rest:match("^(/[^?]*)(.*)$")
+    -- A socket path holds no "@" in practice; a password may, percent-encoded.
+    local auth, after = rest:match("^([^/]*@)(/.*)$")
+    if not auth then
+        auth, after = "", rest
+    end
+    local path, query = after:match("^(/[^?]*)%??(.*)$")
     if not path or path == "/" then
-        return nil, "a unix URL needs an absolute socket path (unix:///path/to/sock)"
+        return nil, "a unix URL needs an absolute socket path (unix://[user:password@]/path/to/sock)"
     end
-    local db = 0
-    if query ~= "" then
-        local value = query:match("^%?db=(.*)$")
-        if not value then
-            return nil, "the only query parameter is ?db=N"
-        end
-        local err
-        db, err = parse_db(value)
-        if not db then
-            return nil, err
-        end
+    local addr = { path = path, db = 0 }
+    local ok, err = parse_credentials(auth, addr)
+    if ok then
+        ok, err = parse_unix_query(query, addr)
     end
-    return { path = path, db = db }
+    if not ok then
+        return nil, err
+    end
+    return addr
 end
 
 
@@ -85,13 +123,9 @@ local function parse_tcp_url(rest)
         auth, hostport, path = "", rest:match("^([^/]*)(/?.*)$")
     end
     local addr = { db = 0 }
-    if auth ~= "" then
-        local user, password = auth:sub(1, -2):match("^([^:]*):(.*)$")
-        if not user then
-            return nil, "credentials must be user:password@ (or :password@)"
-        end
-        addr.user = user ~= "" and percent_decode(user) or nil
-        addr.password = percent_decode(password)
+    local ok, err = parse_credentials(auth, addr)
+    if not ok then
+        return nil, err
     end
     local host, port = hostport:match("^%[(.+)%]:?(%d*)$")
     if not host then
@@ -106,7 +140,6 @@ local function parse_tcp_url(rest)
     end
     addr.host, addr.port = host, port
     if path ~= "" and path ~= "/" then
-        local err
         addr.db, err = parse_db(path:sub(2))
         if not addr.db then
             return nil, err
@@ -116,10 +149,46 @@ local function parse_tcp_url(rest)
 end
 
 
---- Parses a REDIS_URL into an address table for relay.core.redis.
--- rediss:// marks the address with a tls table, which load() fills from
--- the RELAY_REDIS_* TLS variables.
--- @return {host, port, path, user, password, db, tls} | nil, reason
+--- redis+sentinel://[user:password@]host:port[,host:port…]/<master>[/db]:
+-- the Sentinels to ask, the name of the primary they watch, and the
+-- credentials and database of the primary.
+local function parse_sentinel_url(rest)
+    local auth, hosts, master, db = rest:match("^([^@/]*@)([^/]*)/([^/]+)/?(%d*)$")
+    if not auth then
+        auth, hosts, master, db = "", rest:match("^([^/]*)/([^/]+)/?(%d*)$")
+    end
+    if not hosts or hosts == "" then
+        return nil, "expected redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
+    end
+    local addr = { sentinels = {}, master = percent_decode(master), db = 0 }
+    local ok, err = parse_credentials(auth, addr)
+    if not ok then
+        return nil, err
+    end
+    for hostport in hosts:gmatch("[^,]+") do
+        local host, port = hostport:match("^%[?([^%]]-)%]?:(%d+)$")
+        host, port = host or hostport:match("^%[?([^%]:]+)%]?$"), tonumber(port or SENTINEL_PORT)
+        if not host or port < 1 or port > 65535 then
+            return nil, "expected host:port for each sentinel, not " .. hostport
+        end
+        addr.sentinels[#addr.sentinels + 1] = { host = host, port = port }
+    end
+    if db ~= "" then
+        addr.db, err = parse_db(db)
+        if not addr.db then
+            return nil, err
+        end
+    end
+    return addr
+end
+
+
+--- Parses a REDIS_URL into an address table for relay.core.redis (or, for
+-- Sentinel, for relay.redis_sentinel to find the primary with). rediss://
+-- marks the address with a tls table, which load() fills from the
+-- RELAY_REDIS_* TLS variables.
+-- @return {host, port, path, user, password, db, tls} | {sentinels, master, user,
+--   password, db} | nil, reason
 function _M.parse_redis_url(url)
     local rest = url:match("^unix://(.*)$")
     if rest then
@@ -137,7 +206,23 @@ function _M.parse_redis_url(url)
         end
         return addr, err
     end
-    return nil, "expected redis://[user:password@]host:port/db, rediss://… (TLS) or unix:///path/to/sock[?db=N]"
+    rest = url:match("^redis%+sentinel://(.*)$")
+    if rest then
+        return parse_sentinel_url(rest)
+    end
+    return nil, "expected redis://[user:password@]host:port/db, rediss://… (TLS), "
+        .. "unix://[user:password@]/path/to/sock[?db=N] or "
+        .. "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
+end
+
+
+--- A Redis URL as messages may show it: the password replaced by ***
+-- (user:password@, :password@, a password= query parameter), so that no
+-- log line, error or journald record carries it.
+function _M.mask_redis_url(url)
+    local masked = url:gsub("^([%w+]+://[^:/@]*:)[^@]*@", "%1***@")
+    masked = masked:gsub("([?&]password=)[^&]*", "%1***")
+    return masked
 end
 
 
@@ -166,9 +251,12 @@ local function parse_concurrency(value)
 end
 
 
+-- The accepted values of each parser made by one_of, for --help.
+local CHOICES = setmetatable({}, { __mode = "k" })
+
 local function one_of(...)
     local allowed = { ... }
-    return function(value)
+    local parse = function(value)
         for _, option in ipairs(allowed) do
             if value == option then
                 return value
@@ -176,6 +264,8 @@ local function one_of(...)
         end
         return nil, "must be one of " .. table.concat(allowed, ", ")
     end
+    CHOICES[parse] = allowed
+    return parse
 end
 
 
@@ -192,6 +282,23 @@ local function parse_absolute_path(value)
         return nil, "must be an absolute path"
     end
     return value
+end
+
+
+--- RELAY_ALLOWED_MOUNTS: colon-separated absolute host directories that
+-- templates may mount (runtime.mounts). "/" is refused: it would let any
+-- template bind any host path into its container.
+local function parse_allowed_mounts(value)
+    local dirs = {}
+    for dir in (value .. ":"):gmatch("([^:]*):") do
+        if dir:sub(1, 1) ~= "/" then
+            return nil, "each directory must be an absolute path (colon-separated list)"
+        elseif dir:match("^/+$") then
+            return nil, "/ cannot be allowed: name the directories templates may mount"
+        end
+        dirs[#dirs + 1] = dir
+    end
+    return dirs
 end
 
 
@@ -266,19 +373,21 @@ local function parse_dlq_maxlen(value)
 end
 
 
-local function setting(var, flag, key, default, parse)
-    SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse }
+local function setting(var, flag, key, default, parse, default_help)
+    SETTINGS[#SETTINGS + 1] = { var = var, flag = flag, key = key, default = default, parse = parse,
+        default_help = default_help }
     SETTINGS_BY_KEY[key] = SETTINGS[#SETTINGS]
 end
 
 setting("REDIS_URL", "redis-url", "redis_url", "redis://127.0.0.1:6379/0", _M.parse_redis_url)
 setting("REDIS_STREAM", "stream", "stream", "events", parse_nonempty_name)
 setting("REDIS_GROUP", "group", "group", "relay", parse_nonempty_name)
-setting("RELAY_CONSUMER", "consumer", "consumer", _M.hostname, parse_consumer)
+setting("RELAY_CONSUMER", "consumer", "consumer", _M.hostname, parse_consumer, "this host's name")
 setting("MAX_CONCURRENCY", "max-concurrency", "max_concurrency", "4", parse_concurrency)
 setting("RELAY_APPS", "apps", "apps", "./apps", parse_path)
 setting("RELAY_RUNTIME", "runtime", "runtime", "auto", one_of("auto", "runc", "bwrap", "docker", "podman"))
-setting("RELAY_STATE_DIR", "state-dir", "state_dir", default_state_dir, parse_path)
+setting("RELAY_STATE_DIR", "state-dir", "state_dir", default_state_dir, parse_path,
+    "/run/relay as root, else $XDG_RUNTIME_DIR/relay or /tmp/relay-UID")
 setting("RELAY_LOG_LEVEL", "log-level", "log_level", "info", one_of("debug", "info", "warn", "error"))
 setting("RELAY_LOG_FORMAT", "log-format", "log_format", "text", one_of("text", "json"))
 setting("RELAY_METRICS_ADDR", "metrics-addr", "metrics_addr", nil, parse_listen_addr)
@@ -286,6 +395,8 @@ setting("RELAY_HOOKS", "hooks", "hooks", nil, parse_path)
 setting("RELAY_RETENTION", "retention", "retention_ms", "24h", parse_retention)
 setting("RELAY_MAX_EVENT_BYTES", nil, "max_event_bytes", "1Mi", parse_event_bytes)
 setting("RELAY_IMAGES", nil, "images", nil, parse_absolute_path)
+setting("RELAY_SECRETS_DIR", nil, "secrets_dir", nil, parse_absolute_path)
+setting("RELAY_ALLOWED_MOUNTS", nil, "allowed_mounts", nil, parse_allowed_mounts)
 setting("RELAY_DLQ_MAXLEN", nil, "dlq_maxlen", "0", parse_dlq_maxlen)
 setting("RELAY_CLAIM_WAIT", nil, "claim_wait", nil, parse_claim_wait)
 setting("RELAY_REDIS_CA", nil, "redis_ca", nil, parse_path)
@@ -305,6 +416,21 @@ local function flag_field(flag)
 end
 
 
+--- "overrides VAR; one of a|b; default x": what --help says of a setting.
+local function flag_help(s)
+    local parts = { "overrides " .. s.var }
+    if CHOICES[s.parse] then
+        parts[#parts + 1] = "one of " .. table.concat(CHOICES[s.parse], "|")
+    end
+    if type(s.default) == "string" then
+        parts[#parts + 1] = "default " .. s.default
+    elseif type(s.default) == "function" then
+        parts[#parts + 1] = "default: " .. (s.default_help or "computed")
+    end
+    return table.concat(parts, "; ")
+end
+
+
 --- Adds the flags of the named config keys (all when keys is nil) to an
 -- argparse command.
 function _M.add_flags(parser, keys)
@@ -317,7 +443,7 @@ function _M.add_flags(parser, keys)
     end
     for _, s in ipairs(SETTINGS) do
         if s.flag and (not wanted or wanted[s.key]) then
-            parser:option("--" .. s.flag, "overrides " .. s.var):argname("<value>")
+            parser:option("--" .. s.flag, flag_help(s)):argname("<value>")
         end
     end
 end
@@ -337,7 +463,9 @@ end
 -- over the default) and where it came from.
 local function raw_value(s, env, flags)
     local from_flag = s.flag and flags[flag_field(s.flag)]
-    if from_flag ~= nil then
+    -- a string: argparse also sets a field true for the command named
+    -- (`relay consumer …` sets args.consumer)
+    if type(from_flag) == "string" then
         return from_flag, "--" .. s.flag
     end
     if env[s.var] ~= nil then
@@ -360,7 +488,8 @@ local function setting_value(s, env, flags)
     end
     local value, err = s.parse(raw)
     if value == nil then
-        return nil, string.format("invalid %s=%s: %s", source, raw, err)
+        local shown = s.key == "redis_url" and _M.mask_redis_url(raw) or raw
+        return nil, string.format("invalid %s=%s: %s", source, shown, err)
     end
     return value
 end
@@ -398,7 +527,8 @@ function _M.load(env, flags)
         end
         cfg[s.key] = value
     end
-    cfg.redis_url_text = raw_value(SETTINGS_BY_KEY.redis_url, env, flags)
+    -- Only ever shown in messages, so it never holds the password.
+    cfg.redis_url_text = _M.mask_redis_url(raw_value(SETTINGS_BY_KEY.redis_url, env, flags))
     return attach_tls(cfg)
 end
 

@@ -1,8 +1,10 @@
 --- Five-field cron (minute hour day-of-month month day-of-week), in UTC,
 -- with `*`, lists, ranges, steps and optional month/day names; Sunday is 0
 -- or 7. When both day fields are restricted a day matches either (Vixie
--- cron). Also the calendar arithmetic the scheduler needs, without the
--- process time zone.
+-- cron). The macros @hourly, @daily (@midnight), @weekly, @monthly and
+-- @yearly (@annually) stand for their five fields, as in Kubernetes
+-- CronJobs. Also the calendar arithmetic the scheduler needs, without the
+-- process time zone (relay.cron_zone runs these in a time zone).
 local rfc3339 = require("relay.rfc3339")
 
 local _M = {}
@@ -16,6 +18,16 @@ local FIELDS = {
                 nov = 11, dec = 12 } },
     { name = "day-of-week", min = 0, max = 7,
       names = { sun = 0, mon = 1, tue = 2, wed = 3, thu = 4, fri = 5, sat = 6 } },
+}
+
+local MACROS = {
+    ["@hourly"] = "0 * * * *",
+    ["@daily"] = "0 0 * * *",
+    ["@midnight"] = "0 0 * * *",
+    ["@weekly"] = "0 0 * * 0",
+    ["@monthly"] = "0 0 1 * *",
+    ["@yearly"] = "0 0 1 1 *",
+    ["@annually"] = "0 0 1 1 *",
 }
 
 local DAY_MS = 86400000
@@ -107,8 +119,15 @@ function _M.parse(expr)
     if type(expr) ~= "string" then
         return nil, "a cron expression is a string of 5 fields"
     end
+    local fields = expr
+    if expr:sub(1, 1) == "@" then
+        fields = MACROS[expr:lower()]
+        if not fields then
+            return nil, string.format("unknown macro %q (allowed: @hourly, @daily, @weekly, @monthly, @yearly)", expr)
+        end
+    end
     local words = {}
-    for w in expr:gmatch("%S+") do
+    for w in fields:gmatch("%S+") do
         words[#words + 1] = w
     end
     if #words ~= 5 then

@@ -98,15 +98,18 @@ local function record_outcome(ctx, msg, inv, token, attempt, outcome)
     local r = persist(ctx, "a failure", function()
         return life:fail(msg, inv, token, attempt, outcome.reason, outcome.output)
     end)
-    report.attempt(inv, outcome.timed_out and "timeout" or "failed", outcome, msg, attempt)
+    local kind = outcome.timed_out and "timeout" or "failed"
     if not r or r[1] == "stale" then
+        report.attempt(inv, kind, outcome, msg, attempt)
         report.inc("relay_stale_token_writes_total")
         return "pending"
     end
     if r[1] == "exhausted" then
+        report.attempt(inv, kind, outcome, msg, attempt)
         report.dlq(inv, msg, outcome.reason, attempt, r[2])
         return "terminal"
     end
+    report.attempt(inv, kind, outcome, msg, attempt, r[2])
     return "waiting", r[2]
 end
 
@@ -117,12 +120,12 @@ local function not_started(ctx, msg, inv, r)
     local report = ctx.reporter
     if r[1] == "exhausted" then
         report.attempt(inv, "lost", { reason = LOST }, msg, r[2])
-        report.dlq(inv, msg, LOST, r[2])
+        report.dlq(inv, msg, LOST, r[2], r[3])
         return "terminal"
     end
     local why = r[2]
     if why == "lost" then
-        report.attempt(inv, "lost", { reason = LOST }, msg, r[4])
+        report.attempt(inv, "lost", { reason = LOST }, msg, r[4], r[3])
     end
     if why == "terminal" or why == "retained" then
         return "terminal"
@@ -265,11 +268,11 @@ local function run_labels(ctx, msg, labels, ran)
             if inv then
                 status, extra = run_invocation(ctx, msg, inv)
             elseif why == "removed" then
-                local r, err = ctx.lifecycle:exhaust(msg, label, "handler removed")
-                status, extra = r and "terminal" or "infra", err
+                local r, err_or_id = ctx.lifecycle:exhaust(msg, label, "handler removed")
+                status, extra = r and "terminal" or "infra", err_or_id
                 if r == "exhausted" then
                     ctx.reporter.dlq({ app = label:match("^(.-)/"), handler = label:match("/(.*)$") }, msg,
-                        "handler removed")
+                        "handler removed", nil, err_or_id)
                 end
             end
             if status == "infra" then

@@ -11,11 +11,12 @@ local _M = {}
 local PAGE = 200
 
 
---- Iterates entries oldest first, matching filters {app=, handler=}.
--- The iterator yields entry tables {id=, fields=}; err() tells a failure.
+--- Iterates entries oldest first, matching filters {app=, handler=,
+-- after= (an id: start past it)}. The iterator yields entry tables
+-- {id=, fields=}; err() tells a failure.
 function _M.entries(client, key, filters)
     filters = filters or {}
-    local page, index, last_id, failure = {}, 1, nil, nil
+    local page, index, last_id, failure = {}, 1, filters.after, nil
     local function fetch()
         local start = last_id and ("(" .. last_id) or "-"
         local reply, err = client:call("XRANGE", key, start, "+", "COUNT", PAGE)

@@ -60,6 +60,24 @@ function _M.is_executable(path)
 end
 
 
+--- What path is, without following a final symlink: "link", "dir",
+-- "file" or "other"; nil when it does not exist.
+function _M.kind(path)
+    local mode = mode_of(path, false)
+    if not mode then
+        return nil
+    end
+    if stat.S_ISLNK(mode) ~= 0 then
+        return "link"
+    elseif stat.S_ISDIR(mode) ~= 0 then
+        return "dir"
+    elseif stat.S_ISREG(mode) ~= 0 then
+        return "file"
+    end
+    return "other"
+end
+
+
 --- Target of a symlink, or nil if path is not one.
 function _M.readlink(path)
     return (unistd.readlink(path))
@@ -114,6 +132,23 @@ function _M.list(path)
         end
     end
     table.sort(out, function(a, b) return a.name < b.name end)
+    return out
+end
+
+
+--- The names in a directory, unsorted, without . and .. and without an
+-- lstat of each (see list); or nil, err.
+function _M.names(path)
+    local ok, names = pcall(dirent.dir, path)
+    if not ok then
+        return nil, tostring(names)
+    end
+    local out = {}
+    for _, name in ipairs(names) do
+        if name ~= "." and name ~= ".." then
+            out[#out + 1] = name
+        end
+    end
     return out
 end
 
@@ -203,6 +238,21 @@ function _M.rm_rf(path)
         end
     end
     return _M.rmdir(path)
+end
+
+
+--- Removes a directory we made and filled with `names` (files or links):
+-- those unlinked, then the directory, with no listing and no lstat of each
+-- entry. Should anything else be in it, rm_rf removes the rest.
+function _M.remove_known(path, names)
+    for _, name in ipairs(names or {}) do
+        unistd.unlink(path .. "/" .. name)
+    end
+    local ok, _, errnum = unistd.rmdir(path)
+    if ok or errnum == errno.ENOENT then
+        return true
+    end
+    return _M.rm_rf(path)
 end
 
 

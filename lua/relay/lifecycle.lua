@@ -19,6 +19,7 @@ local Lifecycle = {}
 Lifecycle.__index = Lifecycle
 
 local unpack = unpack
+local MAX_DECLARE_ROUNDS = 3  -- a claim's holder changing between two looks is rare; three in a row, rarer
 
 
 --- ctx: { client, stream, group, consumer, instance, constants (optional),
@@ -59,6 +60,24 @@ function Lifecycle:eval(script, key_list, args)
         return nil, err, kind
     end
     return value
+end
+
+
+--- Runs a script whose last key is the instance key of a claim it may have
+-- to check: only the script knows whose claim it meets, so it answers
+-- {"declare", key} (having written nothing) when that is not the key
+-- declared, and runs again declaring it. The first guess is this daemon.
+function Lifecycle:eval_declaring_instance(client, script, key_list, args)
+    key_list[#key_list + 1] = self.keys.instance(self.instance)
+    local value, err, kind
+    for _ = 1, MAX_DECLARE_ROUNDS do
+        value, err, kind = redis.eval(client, script, key_list, args)
+        if type(value) ~= "table" or value[1] ~= "declare" then
+            return value, err, kind
+        end
+        key_list[#key_list] = value[2]
+    end
+    return nil, "the claim's holder changed on every look; try again", "io"
 end
 
 
@@ -176,7 +195,7 @@ function Lifecycle:try_start(msg, inv, token)
     local lease_ms = inv.timeout_ms + self.c.lease_margin_ms + self.c.kill_grace_ms
     local args = append({ inv.label, token, lease_ms, inv.max_attempts, self.instance_prefix, self.backoff_csv,
         own and "1" or "0" }, self:dlq_context(msg, inv.app, inv.handler))
-    local value, err = redis.eval(self.claim_client or self.client, scripts.try_start,
+    local value, err = self:eval_declaring_instance(self.claim_client or self.client, scripts.try_start,
         { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
     if own then
         self:note_claim(k, token, value == nil and "unanswered" or (value[1] == "start" and "held" or nil))
@@ -260,10 +279,17 @@ function Lifecycle:release_unanswered()
 end
 
 
+--- Dead-letters a recorded invocation whose handler is gone.
+-- @return "exhausted", dlq_id | "terminal" | "running" | nil, err
 function Lifecycle:exhaust(msg, label, reason)
     local app, handler = label:match("^(.-)/(.*)$")
     local args = append({ label, reason, self.instance_prefix }, self:dlq_context(msg, app, handler))
-    return self:eval(scripts.exhaust, { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
+    local value, err, kind = self:eval_declaring_instance(self.client, scripts.exhaust,
+        { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
+    if type(value) == "table" then
+        return value[1], value[2]
+    end
+    return value, err, kind
 end
 
 
@@ -291,8 +317,12 @@ end
 
 --- Acknowledges unmatched ids; returns the ids kept (recorded invocations).
 function Lifecycle:ack_unmatched(ids)
-    local args = append({ self.group, self.inv_prefix, self.c.terminal_retention_ms }, ids)
-    return self:eval(scripts.ack_unmatched, { self.stream }, args)
+    local key_list = { self.stream }
+    for i, id in ipairs(ids) do
+        key_list[i + 1] = self.keys.inv(id)
+    end
+    local args = append({ self.group, self.c.terminal_retention_ms }, ids)
+    return self:eval(scripts.ack_unmatched, key_list, args)
 end
 
 
@@ -360,6 +390,42 @@ local function glob_escape(text)
 end
 
 
+--- One step over pending entries (scripts.take_pending): mode "own" (this
+-- consumer's) or "idle" (any consumer's, idle past limits.min_idle_ms),
+-- after cursor. The script finds the entries itself; their invocation
+-- hashes and crash marks are declared from an XPENDING just before, and
+-- the script stops at an entry that came in between (the next step takes
+-- it). limits: { count, event, entry, object_bytes, poison_after,
+-- min_idle_ms }. Returns { entries, cursor, done, deleted } or nil, err, kind.
+function Lifecycle:take_pending(mode, cursor, limits)
+    local start = cursor == "-" and "-" or "(" .. cursor
+    local pel, err, kind
+    if mode == "own" then
+        pel, err, kind = self.client:call("XPENDING", self.stream, self.group, start, "+", limits.count, self.consumer)
+    else
+        pel, err, kind = self.client:call("XPENDING", self.stream, self.group, "IDLE", limits.min_idle_ms, start, "+",
+            limits.count)
+    end
+    if type(pel) ~= "table" then
+        return nil, err, kind
+    end
+    local key_list = { self.stream, self.keys.stats }
+    for _, p in ipairs(pel) do
+        key_list[#key_list + 1] = self.keys.inv(p[1])
+        key_list[#key_list + 1] = self.keys.handling(p[1])
+    end
+    local reply
+    reply, err, kind = redis.eval(self.client, scripts.take_pending, key_list, {
+        self.group, self.consumer, mode, cursor, limits.count, limits.event, limits.entry, limits.object_bytes,
+        self.c.terminal_retention_ms, limits.poison_after, limits.min_idle_ms,
+    })
+    if reply == nil then
+        return nil, err, kind
+    end
+    return { entries = reply[4], cursor = reply[1], done = reply[2] == 1, deleted = reply[3] }
+end
+
+
 --- One step of the stranded-invocation sweep (scripts.sweep): SCAN from
 -- cursor over the invocation hashes, then one script over what it found.
 -- Returns next_cursor, { released, retained, missing, {id, label, new id}… }
@@ -377,15 +443,37 @@ function Lifecycle:sweep_step(cursor)
     if #ids == 0 then
         return reply[1], { 0, 0, 0 }
     end
-    local held = self:held_tokens()
-    local args = append({ self.group, self.inv_prefix, self.instance_prefix, self.instance, self.seq,
-        self.c.terminal_retention_ms, #held }, held)
-    append(args, ids)
-    local result, serr, skind = self:eval(scripts.sweep, { self.stream, self.keys.trusted, self.keys.stats }, args)
+    local result, serr, skind = self:sweep_ids(ids)
     if result == nil then
         return nil, serr, skind
     end
     return reply[1], result
+end
+
+
+--- scripts.sweep over ids, declaring the keys it asks for (the instance
+-- keys of live claims, the hashes of the entries it re-queues).
+function Lifecycle:sweep_ids(ids)
+    local held = self:held_tokens()
+    local args = append({ self.group, self.inv_prefix, self.instance_prefix, self.instance, self.seq,
+        self.c.terminal_retention_ms, #held, "0" }, held)
+    append(args, ids)
+    local key_list = { self.stream, self.keys.trusted, self.keys.stats }
+    for _, id in ipairs(ids) do
+        key_list[#key_list + 1] = self.keys.inv(id)
+    end
+    key_list[#key_list + 1] = self.keys.instance(self.instance)
+    for _ = 1, MAX_DECLARE_ROUNDS do
+        local result, err, kind = self:eval(scripts.sweep, key_list, args)
+        if type(result) ~= "table" or result[1] ~= "declare" then
+            return result, err, kind
+        end
+        args[8] = result[2]
+        for i = 3, #result do
+            key_list[#key_list + 1] = result[i]
+        end
+    end
+    return nil, "the stranded sweep's keys changed on every look; next pass", "io"
 end
 
 

@@ -25,6 +25,12 @@ local FAMILIES = {
     relay_stale_token_writes_total = { "counter", "Outcome writes rejected because the token was fenced off." },
     relay_group_recreated_total = { "counter", "Consumer group recreated after NOGROUP." },
     relay_log_dropped_total = { "counter", "Log records dropped because the reader of stderr was too slow." },
+    relay_build_info = { "gauge", "Always 1; the labels say which Relay, LuaJIT and hiredis this binary has.", true },
+    -- the Prometheus clients' standard process metrics (relay.process_stats)
+    process_cpu_seconds_total = { "counter", "Total user and system CPU time spent in seconds." },
+    process_resident_memory_bytes = { "gauge", "Resident memory size in bytes." },
+    process_open_fds = { "gauge", "Number of open file descriptors." },
+    process_start_time_seconds = { "gauge", "Start time of the process since unix epoch in seconds." },
 }
 
 

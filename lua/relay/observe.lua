@@ -5,17 +5,23 @@
 -- registry plus the user hooks):
 --
 --   report.event(outcome, msg)                        on_event
---   report.attempt(inv, outcome, result, msg, attempt) on_attempt
+--   report.attempt(inv, outcome, result, msg, attempt, retry_in_ms) on_attempt
 --   report.dlq(inv, msg, reason, attempts, dlq_id)     on_dlq
 --   report.inc(name, labels, by)
 --
--- The trailing arguments only feed the hooks; a call site without them
--- still counts correctly. Hook arguments are fresh tables each call.
+-- Attempts and dead letters are logged here too (relay.attempt_log), so
+-- the log, the counters and the hooks tell one story.
+-- The trailing arguments only feed the hooks and the log; a call site
+-- without them still counts correctly. Hook arguments are fresh tables
+-- each call.
+local attempt_log = require("relay.attempt_log")
+local build = require("relay.core.build")
 local exit = require("relay.exit")
 local hooks_mod = require("relay.hooks")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local metrics = require("relay.metrics")
+local process_stats = require("relay.process_stats")
 local redis = require("relay.redis")
 
 local _M = {}
@@ -36,9 +42,27 @@ local function list_copy(list)
 end
 
 
+local function set_known(reg, name, value)
+    if value then
+        reg:set(name, value)
+    end
+end
+
+
+local function set_build_info(reg)
+    reg:set("relay_build_info", 1, {
+        version = build.version,
+        luajit = (build.luajit:gsub("^LuaJIT ", "")),
+        hiredis = build.hiredis,
+    })
+end
+
+
 --- The reporting funnel over obs.metrics_registry and obs.hooks.
 function _M.reporter(obs)
     local reg = obs.metrics_registry
+    set_build_info(reg)
+    set_known(reg, "process_start_time_seconds", process_stats.start_time_seconds())
     for _, outcome in ipairs(_M.EVENT_OUTCOMES) do
         reg:inc("relay_events_total", { outcome = outcome }, 0)  -- every outcome visible from the start
     end
@@ -57,8 +81,9 @@ function _M.reporter(obs)
             h({ id = msg.id, outcome = outcome, matches = list_copy(msg.labels) })
         end
     end
-    function m.attempt(inv, outcome, result, msg, attempt)
+    function m.attempt(inv, outcome, result, msg, attempt, retry_in_ms)
         result = result or {}
+        attempt_log.attempt(inv, outcome, result, msg, attempt, retry_in_ms)
         reg:inc("relay_attempts_total", { app = inv.app, handler = inv.handler, outcome = outcome })
         if result.duration_ms then
             reg:observe("relay_attempt_duration_seconds", result.duration_ms / 1000,
@@ -75,6 +100,7 @@ function _M.reporter(obs)
     end
     function m.dlq(inv, msg, reason, attempts, dlq_id)
         reg:inc("relay_dlq_entries_total", { app = inv.app, handler = inv.handler })
+        attempt_log.dead_letter(inv, msg, reason, attempts, dlq_id)
         local h = obs.hooks and obs.hooks.on_dlq
         if h then
             h({
@@ -87,16 +113,29 @@ function _M.reporter(obs)
 end
 
 
---- Health: Redis connected (the command client) and the task scheduler
--- ticking. @return ok, reason
+--- Health: Redis connected (the command client), reads not refused (a
+-- read-only replica, a cluster node that does not own the stream, a group
+-- that cannot be recreated) and the task scheduler ticking.
+-- @return ok, reason
 function _M.health(obs)
     if not (obs.client and obs.client:connected()) then
         return false, "redis disconnected"
+    end
+    local blocker = obs.blocker and obs.blocker()
+    if blocker then
+        return false, blocker
     end
     if loop.monotonic() - (obs.loop_tick or 0) > STALL_S then
         return false, "event loop stalled"
     end
     return true, "ok"
+end
+
+
+local function refresh_process(reg)
+    set_known(reg, "process_cpu_seconds_total", process_stats.cpu_seconds())
+    set_known(reg, "process_resident_memory_bytes", process_stats.resident_bytes())
+    set_known(reg, "process_open_fds", process_stats.open_fds())
 end
 
 
@@ -106,6 +145,7 @@ local function refresh_gauges(obs)
     local reg = obs.metrics_registry
     reg:set("relay_running_invocations", obs.slots and obs.slots.running or 0)
     reg:set("relay_log_dropped_total", (log.dropped()))
+    refresh_process(reg)
     if obs.client and obs.reader then
         reg:set("relay_redis_reconnects_total", obs.client:info().reconnects + obs.reader:info().reconnects)
     end
@@ -170,9 +210,11 @@ function _M.new(cfg)
 end
 
 
---- Where the gauges and /healthz read from: { client, reader, slots }.
+--- Where the gauges and /healthz read from: { client, reader, slots,
+-- blocker = function → why no progress can be made, or nil }.
 function _M.watch(obs, sources)
     obs.client, obs.reader, obs.slots = sources.client, sources.reader, sources.slots
+    obs.blocker = sources.blocker
 end
 
 

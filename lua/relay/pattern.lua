@@ -400,11 +400,32 @@ function _M.compile(node, file)
 end
 
 
+--- The `pattern:` key of a file that holds a template's entry rather than
+-- the pattern itself: compiled as given it would silently match nothing.
+local function wrapped_pattern_key(root)
+    if root.kind ~= "map" then
+        return nil
+    end
+    for i, key in ipairs(root.keys) do
+        if key.text == "pattern" and root.values[i].kind == "map" then
+            return key
+        end
+    end
+    return nil
+end
+
+
 --- Read a YAML file holding one pattern (the value of `pattern:`) and compile it.
 function _M.load_file(path)
     local root, err = yaml.load_file(path)
     if not root then
         return nil, err
+    end
+    local key = wrapped_pattern_key(root)
+    if key then
+        return nil, yaml.where(path, key) .. ": this file holds a `pattern:` key; a --pattern file holds "
+            .. "the pattern itself (the value of pattern:), so remove that line and unindent the rest "
+            .. "(a field named pattern is matched with a list, e.g. pattern: [x])"
     end
     return _M.compile(root, path)
 end

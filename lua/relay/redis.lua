@@ -2,10 +2,15 @@
 -- server-side scripts with EVALSHA that survive a script-cache flush or a
 -- Redis restart (NOSCRIPT → SCRIPT LOAD → retry once), and logging the
 -- daemon's Redis outages.
+local cluster = require("relay.redis_cluster")
 local core = require("relay.core.redis")
 local exit = require("relay.exit")
+local failover = require("relay.redis_failover")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
+local redirect = require("relay.redis_redirect")
+local refusal = require("relay.redis_refusal")
+local sentinel = require("relay.redis_sentinel")
 
 local _M = {}
 
@@ -24,22 +29,55 @@ local function describe(cfg)
 end
 
 
---- A blocking client for a short CLI command; exits 2 naming the address
--- when Redis cannot be reached within 5 s.
-function _M.connect_cli(cfg)
-    local client, err = core.connect_blocking(cfg.redis_url, CONNECT_TIMEOUT_S)
+--- A blocking client on the node that serves the stream (the one REDIS_URL
+-- names, the primary the Sentinels name, or on a Redis Cluster the owner
+-- of the stream's slot). @return client | nil, err, kind ("config": a setting
+-- must change, "reply": Redis refused, "io": unreachable)
+function _M.connect_blocking(cfg, timeout_s)
+    if cfg.redis_url.sentinels then
+        local client, err, kind = sentinel.connect_primary(cfg.redis_url, function(addr)
+            return core.connect_blocking(addr, timeout_s)
+        end)
+        if not client then
+            return nil, kind == "reply" and err or (tostring(err) .. " (REDIS_URL=" .. describe(cfg) .. ")"), kind
+        end
+        return client
+    end
+    local client, err = core.connect_blocking(cfg.redis_url, timeout_s)
     if not client then
-        exit.env(err .. " (REDIS_URL=" .. describe(cfg) .. ")")
+        return nil, err .. " (REDIS_URL=" .. describe(cfg) .. ")", "io"
+    end
+    local node, lerr, kind = cluster.locate(client, cfg.redis_url, cfg.stream)
+    if node == nil then
+        client:close()
+        return nil, lerr, kind
+    end
+    if node and not node.here then
+        client:close()
+        client, err = core.connect_blocking(cluster.at(cfg.redis_url, node), timeout_s)
+        if not client then
+            return nil, string.format("%s (the cluster node serving REDIS_STREAM; REDIS_URL=%s)", err, describe(cfg)),
+                "io"
+        end
     end
     return client
 end
 
 
---- An async client for the daemon; parks the task until connected.
--- max_reply_bytes (optional) caps what one reply may hold (relay.core.redis).
--- @return client | nil, err
-function _M.connect(cfg, max_reply_bytes)
-    local client, err, failed = core.connect(cfg.redis_url, CONNECT_TIMEOUT_S, max_reply_bytes)
+--- connect_blocking for a short CLI command: exits 2 naming the address
+-- when Redis cannot be reached within 5 s, and naming the fix when it
+-- refuses (a stream name without a hash tag on a cluster, NOAUTH…).
+function _M.connect_cli(cfg)
+    local client, err, kind = _M.connect_blocking(cfg, CONNECT_TIMEOUT_S)
+    if not client then
+        exit.env(kind == "reply" and refusal.describe(err) or tostring(err))
+    end
+    return client
+end
+
+
+local function connect_core(addr, cfg, max_reply_bytes)
+    local client, err, failed = core.connect(addr, CONNECT_TIMEOUT_S, max_reply_bytes)
     if not client then
         if failed then
             failed:close()
@@ -47,6 +85,47 @@ function _M.connect(cfg, max_reply_bytes)
         return nil, string.format("cannot connect to redis (REDIS_URL=%s): %s", describe(cfg), err)
     end
     return client
+end
+
+
+--- An async client for the daemon; parks the task until connected. On a
+-- Redis Cluster it is connected to the node serving the stream's slot and
+-- follows that slot (relay.redis_redirect); a stream name without a hash
+-- tag is refused there. With Sentinel it is connected to the primary and
+-- follows it through failovers (relay.redis_failover).
+-- max_reply_bytes (optional) caps what one reply may hold (relay.core.redis).
+-- @return client | nil, err
+function _M.connect(cfg, max_reply_bytes)
+    if cfg.redis_url.sentinels then
+        local client, err, kind = failover.connect(cfg.redis_url, function(addr)
+            return connect_core(addr, cfg, max_reply_bytes)
+        end)
+        if not client then
+            return nil, kind == "reply" and refusal.describe(err) or err
+        end
+        return client
+    end
+    local client, err = connect_core(cfg.redis_url, cfg, max_reply_bytes)
+    if not client then
+        return nil, err
+    end
+    local node, lerr, kind = cluster.locate(client, cfg.redis_url, cfg.stream)
+    if node == nil then
+        client:close()
+        return nil, kind == "reply" and refusal.describe(lerr) or tostring(lerr)
+    elseif not node then
+        return client
+    end
+    local addr = cfg.redis_url
+    if not node.here then
+        client:close()
+        addr = cluster.at(cfg.redis_url, node)
+        client, err = connect_core(addr, cfg, max_reply_bytes)
+        if not client then
+            return nil, err
+        end
+    end
+    return redirect.wrap(client, addr, function(to) return connect_core(to, cfg, max_reply_bytes) end)
 end
 
 

@@ -41,6 +41,11 @@ end
 
 function Registry:check_availability()
     self.unavailable = {}
+    if self.rt then
+        -- what the runtime remembers of the previous apps and host paths
+        -- (checks, images, id blocks) is checked afresh against the disk
+        self.rt:forget()
+    end
     for _, app in ipairs(self.list) do
         if app.state == "ok" and self.rt then
             local ok, why = self.rt:check(app)
@@ -67,6 +72,11 @@ function Registry:reload()
         return nil, labels_or_err
     end
     report_changes(changes)
+    if #merged == 0 and (not self.loaded_fingerprint or #self.list > 0) then
+        -- most often a wrong --apps/RELAY_APPS: said once, not at every reload
+        log.warn("no apps: every event is acknowledged unmatched until one is added",
+            { apps_dir = self.apps_dir })
+    end
     self.loaded_fingerprint = fingerprint
     self.list, self.matcher, self.labels, self.rules = merged, matcher, labels_or_err, rules
     self.by_name = {}

@@ -55,4 +55,16 @@ function _M.seconds(ms)
 end
 
 
+--- `YYYY-MM-DDTHH:MM:SS±hh:mm`: the instant ms on a clock offset_ms east
+-- of UTC (`Z` for offset 0), whole seconds.
+function _M.seconds_at_offset(ms, offset_ms)
+    if offset_ms == 0 then
+        return rfc3339(ms, true)
+    end
+    local minutes = math.floor(math.abs(offset_ms) / 60000 + 0.5)
+    return rfc3339(ms + offset_ms, true):sub(1, -2)
+        .. string.format("%s%02d:%02d", offset_ms < 0 and "-" or "+", math.floor(minutes / 60), minutes % 60)
+end
+
+
 return _M

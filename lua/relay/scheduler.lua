@@ -4,6 +4,7 @@
 -- The dispatch side (an entry with relay_schedule) lives in relay.dispatch.
 local backoff = require("relay.backoff")
 local cron = require("relay.cron")
+local cron_zone = require("relay.cron_zone")
 local keys = require("relay.keys")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
@@ -24,6 +25,9 @@ function _M.occurrences(sched, now_ms)
         return latest, latest + sched.every_ms
     end
     local spec = sched.cron_spec or assert(cron.parse(sched.cron))
+    if sched.zone then
+        return cron_zone.prev(spec, now_ms, sched.zone), cron_zone.next(spec, now_ms, sched.zone)
+    end
     return cron.prev(spec, now_ms), cron.next(spec, now_ms)
 end
 

@@ -154,6 +154,18 @@ local function instance_alive(prefix, token)
     return instance ~= nil and redis.call('EXISTS', prefix .. instance) == 1
 end
 
+-- The instance key of a claim's holder, when the caller did not declare it
+-- in declared (Redis Cluster routes and checks a script by its KEYS only):
+-- the script then answers {'declare', key} before writing anything, and the
+-- caller runs it again declaring that key. nil: declared, or no instance.
+local function undeclared_instance(prefix, token, declared)
+    local instance = token_instance(token)
+    if instance ~= nil and prefix .. instance ~= declared then
+        return prefix .. instance
+    end
+    return nil
+end
+
 -- The marker an uncharged release of attempt n leaves: none before the
 -- first attempt, else attempt n-1's wait, over now.
 local function uncharged(attempt, now)
@@ -174,8 +186,8 @@ end
 -- XADDs an entry Relay itself writes and records its id as trusted. The
 -- score is the id's milliseconds, so forgetting gone entries is one range
 -- removal.
-local function xadd_trusted(stream, trusted, fields)
-    local id = redis.call('XADD', stream, '*', unpack(fields))
+local function xadd_trusted(stream, trusted, fields, at_id)
+    local id = redis.call('XADD', stream, at_id or '*', unpack(fields))
     redis.call('ZADD', trusted, tonumber(string.match(id, '^(%d+)')), id)
     return id
 end
@@ -190,11 +202,12 @@ end
 ]==]
 
 
---- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event). ARGV: field, token, lease_ms, max_attempts,
+--- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event), the instance key of the
+-- claim's holder (when it is another's: {"declare", key} asks for it). ARGV: field, token, lease_ms, max_attempts,
 -- instance_prefix, backoff_csv, own ("1": this daemon holds no other claim on the invocation), then DLQ
 -- context pairs.
 -- Returns {"start", attempt, previous_marker} | {"skip", why, wait_ms[, lost attempt]} |
--- {"exhausted", attempt} (a lost last attempt, dead-lettered now).
+-- {"exhausted", attempt, dlq_id} (a lost last attempt, dead-lettered now).
 -- A `running` marker under this very token is the claim of an earlier
 -- TryStart whose reply was lost (the caller retries with the token of the
 -- unanswered call): it is ours, and starts. One of the caller's own
@@ -203,7 +216,7 @@ end
 -- ran after the caller gave up on it, a rolled back Redis): it is released
 -- uncharged and claimed again, never left to lapse and be charged as lost.
 _M.try_start = PRELUDE .. [==[
-local inv, dlq = KEYS[1], KEYS[2]
+local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
 local field, token, lease_ms, max_attempts = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local instance_prefix, ladder, own = ARGV[5], ARGV[6], ARGV[7] == '1'
 if redis.call('HEXISTS', inv, '~retained') == 1 then
@@ -223,22 +236,28 @@ if marker then
         return {'skip', 'terminal', 0}
     end
     if p[1] == 'exhausted' then
-        write_dlq(dlq, pairs_from(8), 'exhausted', attempt, now)
+        local id = write_dlq(dlq, pairs_from(8), 'exhausted', attempt, now)
         redis.call('HSET', inv, field, marker .. ':dlq')
-        return {'exhausted', attempt}
+        return {'exhausted', attempt, id}
     end
     if p[1] == 'running' then
         if p[3] == token or (own and token_instance(p[3]) == token_instance(token)) then
             return claim(attempt, uncharged(attempt, now))
         end
-        if now < tonumber(p[4]) and instance_alive(instance_prefix, p[3]) then
-            return {'skip', 'running', tonumber(p[4]) - now}
+        if now < tonumber(p[4]) then
+            local undeclared = undeclared_instance(instance_prefix, p[3], instance_key)
+            if undeclared then
+                return {'declare', undeclared}
+            end
+            if instance_alive(instance_prefix, p[3]) then
+                return {'skip', 'running', tonumber(p[4]) - now}
+            end
         end
         if attempt >= max_attempts then
             local ctx = pairs_from(8)
-            write_dlq(dlq, ctx, 'worker lost during attempt', attempt, now)
+            local id = write_dlq(dlq, ctx, 'worker lost during attempt', attempt, now)
             redis.call('HSET', inv, field, 'exhausted:' .. attempt .. ':' .. p[3] .. ':dlq')
-            return {'exhausted', attempt}
+            return {'exhausted', attempt, id}
         end
         local wait = backoff(ladder, attempt)
         redis.call('HSET', inv, field, 'waiting:' .. attempt .. ':' .. (now + wait))
@@ -348,17 +367,28 @@ return 'released'
 --    handler (a schedule occurrence as itself) carrying its marker, so its
 --    attempts and backoff go on, and the old hash is retained. One whose
 --    attempt still runs live is left for a later pass.
--- KEYS: stream, trusted, stats. ARGV: group, inv_prefix, instance_prefix,
--- own instance, own seq watermark, retention_ms, held count, held tokens…,
--- ids…. Returns {released, retained, missing, {id, field, new id}…}.
+-- Every key is declared (Redis Cluster): the hash of each id; the instance
+-- keys of the live claims met, and the hashes of the entries a re-queue
+-- adds, whose ids the script proposes (from base_ms, ahead of the stream's
+-- last id, so that XADD can take them): until all of those are among KEYS
+-- it answers {"declare", base_ms, keys…} having written nothing, and the
+-- caller runs it again with them and that base.
+-- KEYS: stream, trusted, stats, the hash of each id, then the keys asked
+-- for. ARGV: group, inv_prefix, instance_prefix, own instance, own seq
+-- watermark, retention_ms, held count, base_ms ("0" at first), held
+-- tokens…, ids…. Returns {released, retained, missing, {id, field, new id}…}
+-- or {"declare", base_ms, keys…}.
 _M.sweep = PRELUDE .. [==[
 local stream, trusted, stats = KEYS[1], KEYS[2], KEYS[3]
 local group, inv_prefix, instance_prefix, own = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local watermark, retention_ms, n_held = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local base_ms = tonumber(ARGV[8])
+local PROPOSAL_AHEAD_MS = 1000  -- room for a producer's entries before the caller's next call
 local held = {}
-for i = 8, 7 + n_held do
+for i = 9, 8 + n_held do
     held[ARGV[i]] = true
 end
+local first_id = 9 + n_held
 local now = now_ms()
 
 local function parse_id(id)
@@ -386,6 +416,69 @@ end
 local function delivered(id)
     local ms, seq = parse_id(id)
     return ms ~= nil and (ms < last_ms or (ms == last_ms and seq <= last_seq))
+end
+
+-- The keys this batch may touch besides its hashes, with the base of the
+-- re-queued ids, before anything is written (see the header).
+local function undeclared_keys()
+    local declared, needed, requeue_bound = {}, {}, 0
+    for _, k in ipairs(KEYS) do
+        declared[k] = true
+    end
+    for i = first_id, #ARGV do
+        local inv = KEYS[i - first_id + 4]
+        if redis.call('HEXISTS', inv, '~retained') == 0 and redis.call('EXISTS', inv) == 1 then
+            local all, open = redis.call('HGETALL', inv), 0
+            for j = 1, #all, 2 do
+                local f, marker = all[j], all[j + 1]
+                if string.sub(f, 1, 1) ~= '~' and f ~= '-/-' and not is_terminal(marker) then
+                    open = open + 1
+                    local p = parse_marker(marker)
+                    local instance = p[1] == 'running' and token_instance(p[3])
+                    if instance and now < tonumber(p[4]) then
+                        needed[#needed + 1] = instance_prefix .. instance
+                    end
+                end
+            end
+            if delivered(ARGV[i]) then
+                requeue_bound = requeue_bound + open
+            end
+        end
+    end
+    if requeue_bound > 0 then
+        local info = redis.call('XINFO', 'STREAM', stream)
+        local last_id
+        for j = 1, #info - 1, 2 do
+            if info[j] == 'last-generated-id' then
+                last_id = info[j + 1]
+            end
+        end
+        local last_ms = parse_id(last_id)
+        if base_ms <= last_ms then
+            base_ms = math.max(now, last_ms) + PROPOSAL_AHEAD_MS
+        end
+        for k = 0, requeue_bound - 1 do
+            needed[#needed + 1] = inv_prefix .. base_ms .. '-' .. k
+        end
+    end
+    local missing = {}
+    for _, k in ipairs(needed) do
+        if not declared[k] then
+            missing[#missing + 1] = k
+        end
+    end
+    return missing
+end
+
+local undeclared = undeclared_keys()
+if #undeclared > 0 then
+    return {'declare', tostring(base_ms), unpack(undeclared)}
+end
+local requeued = 0
+local function next_requeued_id()
+    local id = base_ms .. '-' .. requeued
+    requeued = requeued + 1
+    return id
 end
 
 local function held_here(token)
@@ -431,7 +524,7 @@ local function entry_fields(id)
 end
 
 local function carry(id, fields, f, marker)
-    local new_id = xadd_trusted(stream, trusted, fields)
+    local new_id = xadd_trusted(stream, trusted, fields, next_requeued_id())
     if marker then
         redis.call('HSET', inv_prefix .. new_id, f, marker)
     end
@@ -463,9 +556,9 @@ local function requeue(id, open)
 end
 
 local result = {0, 0, 0}
-for i = 8 + n_held, #ARGV do
+for i = first_id, #ARGV do
     local id = ARGV[i]
-    local inv = inv_prefix .. id
+    local inv = KEYS[i - first_id + 4]
     if redis.call('HEXISTS', inv, '~retained') == 0 and redis.call('EXISTS', inv) == 1 then
         local open, released = open_fields(inv)
         result[1] = result[1] + released
@@ -541,10 +634,11 @@ return {'claimed', claimed}
 
 
 --- Dead-letters a recorded invocation at once (its handler was removed).
--- KEYS: inv, dlq, stream. ARGV: field, reason, instance_prefix, then DLQ pairs.
--- Returns "exhausted", "terminal" or "running".
+-- KEYS: inv, dlq, stream, the instance key of a running claim's holder. ARGV: field, reason,
+-- instance_prefix, then DLQ pairs.
+-- Returns {"exhausted", dlq_id}, "terminal", "running" or {"declare", instance key}.
 _M.exhaust = PRELUDE .. [==[
-local inv, dlq = KEYS[1], KEYS[2]
+local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
 local field, reason, instance_prefix = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return 'terminal'
@@ -555,13 +649,19 @@ if not marker or is_terminal(marker) then
 end
 local p = parse_marker(marker)
 local now = now_ms()
-if p[1] == 'running' and now < tonumber(p[4]) and instance_alive(instance_prefix, p[3]) then
-    return 'running'
+if p[1] == 'running' and now < tonumber(p[4]) then
+    local undeclared = undeclared_instance(instance_prefix, p[3], instance_key)
+    if undeclared then
+        return {'declare', undeclared}
+    end
+    if instance_alive(instance_prefix, p[3]) then
+        return 'running'
+    end
 end
 local token = p[1] == 'waiting' and 'removed' or p[3]
-write_dlq(dlq, pairs_from(4), reason, tonumber(p[2]), now)
+local id = write_dlq(dlq, pairs_from(4), reason, tonumber(p[2]), now)
 redis.call('HSET', inv, field, 'exhausted:' .. p[2] .. ':' .. token .. ':dlq')
-return 'exhausted'
+return {'exhausted', id}
 ]==]
 
 
@@ -608,15 +708,16 @@ return {'acked'}
 
 --- Acknowledges unmatched messages of one batch, except those whose state
 -- records non-terminal invocations (a redelivery must still run them).
--- KEYS: stream. ARGV: group, inv_prefix, retention_ms, ids…
+-- KEYS: stream, then the invocation hash of each id. ARGV: group,
+-- retention_ms, ids…
 -- Returns the ids that were NOT acknowledged.
 _M.ack_unmatched = PRELUDE .. [==[
 local stream = KEYS[1]
-local group, inv_prefix, retention_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local group, retention_ms = ARGV[1], tonumber(ARGV[2])
 local kept, acked = {}, {}
-for i = 4, #ARGV do
+for i = 3, #ARGV do
     local id = ARGV[i]
-    local inv = inv_prefix .. id
+    local inv = KEYS[i - 1]
     local open = false
     if redis.call('EXISTS', inv) == 1 and redis.call('HEXISTS', inv, '~retained') == 0 then
         local all = redis.call('HGETALL', inv)
@@ -814,16 +915,21 @@ return 1
 -- comes as {id, false, {"poison", crashes}}, its body withheld.
 -- Entries whose body is gone leave the PEL (XCLAIM drops them) and are
 -- counted in missing_payload_total here, so a crash cannot lose the count.
--- KEYS: stream, stats. ARGV: group, consumer, mode, cursor ("-" or the last
--- id handed over), count, max_event, max_entry, object_bytes, inv_prefix,
--- mark_prefix, retention_ms, poison_after, min_idle_ms.
+-- KEYS: stream, stats, then the invocation hash and the mark of each entry
+-- the caller expects (its own XPENDING just before): an entry not declared
+-- so (it came in between) ends the step before it. ARGV: group, consumer,
+-- mode, cursor ("-" or the last id handed over), count, max_event,
+-- max_entry, object_bytes, retention_ms, poison_after, min_idle_ms.
 -- Returns {cursor, done (1 = the PEL was scanned to its end), deleted count, entries}.
 _M.take_pending = PRELUDE .. [==[
 local stream, stats = KEYS[1], KEYS[2]
 local group, consumer, mode, cursor, count = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local max_event, max_entry, object_bytes = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local inv_prefix, mark_prefix, retention_ms = ARGV[9], ARGV[10], tonumber(ARGV[11])
-local poison_after, min_idle = tonumber(ARGV[12]), ARGV[13]
+local retention_ms, poison_after, min_idle = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local declared = {}  -- id → {inv, mark}
+for i = 3, #KEYS - 1, 2 do
+    declared[string.match(KEYS[i], '^.*:inv:([^:]*)$')] = {KEYS[i], KEYS[i + 1]}
+end
 
 local start = cursor == '-' and '-' or '(' .. cursor
 local pel
@@ -867,14 +973,17 @@ end
 local out, deleted, last, stopped = {}, 0, nil, false
 for _, p in ipairs(pel) do
     local id = p[1]
-    local mark = mark_prefix .. id
+    if not declared[id] then
+        stopped = true  -- the caller did not expect it: the next step takes it
+        break
+    end
+    local inv, mark = declared[id][1], declared[id][2]
     local crashes = tonumber(redis.call('GET', mark) or '0')
     if crashes > 0 and #out > 0 then
         stopped = true
         break
     end
     last = id
-    local inv = inv_prefix .. id
     if #redis.call('XCLAIM', stream, group, consumer, 0, id, 'RETRYCOUNT', p[4] + 1, 'JUSTID') == 0 then
         deleted = deleted + 1
         if redis.call('EXISTS', inv) == 1 then

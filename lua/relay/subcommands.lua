@@ -2,7 +2,9 @@
 -- (declares its arguments on its argparse command; rest is the argv after
 -- its name) and execute(args) (runs it, returns the exit code). `relay X`
 -- is the module relay.cmd.X; a command with sub-commands is a group, and
--- `relay X Y` is the module relay.cmd.X_Y.
+-- `relay X Y` is the module relay.cmd.X_Y. A module may set JIT = false: a
+-- one-shot command that runs too little Lua for LuaJIT's trace compilation
+-- to pay for itself runs in the interpreter.
 local _M = {}
 
 
@@ -18,6 +20,9 @@ function _M.declare(parser, prefix, entries, argv)
         local cmd = parser:command(name, summary)
         if name == argv[1] then
             chosen = require(prefix .. name)
+            if chosen.JIT == false then
+                jit.off()
+            end
             chosen.configure(cmd, { unpack(argv, 2) })
         else
             cmd:argument("rest", "arguments"):args("*")

@@ -103,7 +103,8 @@ local function new_worker(cfg, c)
     self.obs = observe.new(cfg)
     self.report = self.obs.report
     self.rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, secrets_dir = cfg.secrets_dir,
+        allowed_mounts = cfg.allowed_mounts })
     local apps = registry.new({ apps_dir = cfg.apps, runtime = self.rt, max_concurrency = cfg.max_concurrency })
     self.registry = apps
     self.slots = slots_mod.new({ max = cfg.max_concurrency,
@@ -257,8 +258,7 @@ function Worker:dead_letter_malformed(msg)
             { message_id = msg.id, error = err })
         return
     end
-    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)
-    log.warn("malformed message dead-lettered", { message_id = msg.id, reason = msg.reason, dlq_id = id })
+    self.report.dlq({ app = "-", handler = "-" }, msg, msg.reason, 0, id)  -- logs the dead letter too
 end
 
 
@@ -411,22 +411,21 @@ end
 -- cursor ("-": from the start). Returns { entries, cursor, done }, or nil,
 -- err, kind.
 function Worker:take_pending(mode, cursor)
-    local l, k = self.limits, self.keys
+    local l = self.limits
     self:await_room()
-    local reply, err, kind = redis.eval(self.client, scripts.take_pending, { self.cfg.stream, k.stats }, {
-        self.cfg.group, self.cfg.consumer, mode, cursor, l.count, l.event, l.entry, classify.OBJECT_BYTES,
-        k.inv_prefix, k.handling_prefix, self.constants.terminal_retention_ms, POISON_CRASHES,
-        self.constants.min_pending_idle_ms,
+    local step, err, kind = self.life:take_pending(mode, cursor, {
+        count = l.count, event = l.event, entry = l.entry, object_bytes = classify.OBJECT_BYTES,
+        poison_after = POISON_CRASHES, min_idle_ms = self.constants.min_pending_idle_ms,
     })
-    if reply == nil then
+    if step == nil then
         return nil, err, kind
     end
-    if reply[3] > 0 then
-        self.report.inc("relay_missing_payload_total", nil, reply[3])
+    if step.deleted > 0 then
+        self.report.inc("relay_missing_payload_total", nil, step.deleted)
         log.error("pending entries have no body (trimmed or deleted outside relay): data loss",
-            { count = reply[3] })
+            { count = step.deleted })
     end
-    return { entries = reply[4], cursor = reply[1], done = reply[2] == 1 }
+    return step
 end
 
 
@@ -445,6 +444,9 @@ function Worker:recover_read_error(err, kind, delay)
         end
     else
         log.failing(READ_FAILURE, "reading the stream failed; backing off", { error = err, kind = kind })
+        -- An error reply (READONLY, MOVED, NOAUTH…) stops all progress until Redis changes: /healthz
+        -- says so. A lost connection is told by the clients' own state.
+        self.read_blocker = kind == "reply" and ("cannot read the stream: " .. tostring(err)) or nil
     end
     loop.sleep(backoff.jitter(delay))
     return backoff.grow(delay, READ_BACKOFF_CAP_S)
@@ -461,6 +463,7 @@ function Worker:recreate_group(err)
     if not ok then
         log.failing(READ_FAILURE, "consumer group is gone and cannot be recreated; backing off",
             { error = cerr, read_error = err })
+        self.read_blocker = "consumer group is gone and cannot be recreated: " .. tostring(cerr)
         return false
     end
     self.report.inc("relay_group_recreated_total")
@@ -479,6 +482,7 @@ end
 --- A read worked: a read failure (if any) ends with one INFO line.
 function Worker:read_succeeded()
     self.recreated_unread = false
+    self.read_blocker = nil
     log.recovered(READ_FAILURE, "reading the stream again")
 end
 
@@ -730,6 +734,21 @@ function Worker:kill_containers()
 end
 
 
+--- Ends the process at once (a forced stop); the embedder's before_exit
+-- (relay dev: stop its private Redis) runs first, since nothing after
+-- loop.exit does.
+function Worker:exit_now(code)
+    if self.before_exit then
+        local ok, err = pcall(self.before_exit)
+        if not ok then
+            log.error("before_exit failed", { error = tostring(err) })
+        end
+    end
+    io.stdout:flush()
+    loop.exit(code)
+end
+
+
 function Worker:install_signals()
     local function on_stop(signum)
         if self.shutdown.draining then
@@ -738,8 +757,7 @@ function Worker:install_signals()
             -- sleeps, and must then exit with this code too
             self.shutdown:force(signum)
             self:kill_containers()
-            io.stdout:flush()
-            loop.exit(self.shutdown.exit_code)
+            self:exit_now(self.shutdown.exit_code)
         end
         log.info("draining: no new reads or starts; running invocations finish", { signal = signum })
         self.shutdown:drain()
@@ -767,13 +785,15 @@ function Worker:connect()
     })
     self.guard = guard.new({ client = client, stream = self.cfg.stream, consumer = self.cfg.consumer,
         instance = self.instance, constants = self.constants, shutdown = self.shutdown })
-    observe.watch(self.obs, { client = client, reader = self.reader, slots = self.slots })
+    observe.watch(self.obs, { client = client, reader = self.reader, slots = self.slots,
+        blocker = function() return self.read_blocker end })
 end
 
 
 --- Removes this consumer's orphaned containers, then loads the apps.
---- The start-up sweep: this consumer's orphans (unless a live daemon of
--- another stream shares its runtime root), then those of consumers on this
+--- The start-up sweep: this consumer's orphans (its runtime root is named
+-- after its consumer, stream and group; left alone while a live process
+-- still holds it), then those of consumers on this
 -- host whose holder is dead (runtime.sweep_dead_consumers). The daemon then
 -- holds its root for its whole life.
 function Worker:start_runtime()
@@ -781,14 +801,14 @@ function Worker:start_runtime()
     if not ok then
         log.warn("orphan cleanup failed", { error = swept })
     elseif owned then
-        log.info("runtime root shared with a live relay (another stream): its orphans are left to it",
-            { consumer = self.cfg.consumer })
+        log.info("runtime root held by a live process: its orphans are left to it",
+            { consumer = self.cfg.consumer, root = self.rt.name })
     elseif swept > 0 then
         log.info("removed orphaned containers of this consumer", { count = swept })
     end
     local fs, host = require("relay.fs"), require("relay.config").hostname()
-    local function holder_dead(name)
-        local value = self.client:call("GET", self.keys.consumer(name))
+    local function holder_dead(name, stream)
+        local value = self.client:call("GET", keys.for_stream(stream).consumer(name))
         if type(value) ~= "string" then
             return value ~= nil  -- no key: no holder; no reply: leave it be
         end
@@ -822,8 +842,7 @@ function Worker:drain()
         -- forced stop (second signal): the killed containers were reaped (no
         -- invocation is running), their state stays for recovery; the
         -- process exits 128+signal, not 0
-        io.stdout:flush()
-        loop.exit(self.shutdown.exit_code)
+        self:exit_now(self.shutdown.exit_code)
     end
     local unanswered = self.life:release_unanswered()
     if unanswered > 0 then
@@ -858,12 +877,14 @@ function Worker:start_loops()
 end
 
 
---- Runs the daemon until drained. opts.on_ready(worker) runs once ready.
+--- Runs the daemon until drained. opts.on_ready(worker) runs once ready;
+-- opts.before_exit() before a forced stop ends the process.
 function _M.run(cfg, opts)
     opts = opts or {}
     log.configure(cfg.log_level, cfg.log_format)
     log.start_async()  -- from now on the loop never waits for the reader of stderr
     local w = new_worker(cfg, opts.constants or constants)
+    w.before_exit = opts.before_exit
     w:connect()
     w.guard:claim()
     w:install_signals()
@@ -876,6 +897,9 @@ function _M.run(cfg, opts)
     clock.start(w.client, w.constants.heartbeat_every_ms)
     log.info("relay started", { stream = cfg.stream, group = cfg.group, consumer = cfg.consumer,
         instance = w.instance, apps = #w.registry.list, max_concurrency = cfg.max_concurrency })
+    if w.constants.compressed then
+        log.warn("test build: lifecycle waits are compressed (seconds for minutes); not for production")
+    end
     w:housekeeping()
     observe.start(w.obs, w:started_info())
     w:start_loops()

@@ -193,10 +193,10 @@ function Daemon:cleanup()
     if not self.report then
         self:kill9()
     end
-    pcall(function()
-        runtime.new({ runtime = "runc", state_dir = self.state_dir, consumer = self.opts.consumer }):sweep()
-    end)
-    runtime.remove_cgroup_dirs("relay/" .. runtime.sanitize(self.opts.consumer or "relay"))
+    local rt = runtime.new({ runtime = "runc", state_dir = self.state_dir, consumer = self.opts.consumer,
+        stream = self.env.REDIS_STREAM or "events", group = self.env.REDIS_GROUP or "relay" })
+    pcall(function() rt:sweep() end)
+    runtime.remove_cgroup_dirs(rt.cgroup_parent)
     if not self.opts.state_dir then
         fs.rm_rf(self.state_dir)
     end
@@ -218,9 +218,16 @@ function Daemon:cpu_seconds()
 end
 
 
+--- The daemon's runtime root name (relay.runtime: consumer, stream, group).
+local function runtime_root_name(self)
+    return require("relay.runtime").root_name(self.opts.consumer, self.env.REDIS_STREAM or "events",
+        self.env.REDIS_GROUP or "relay")
+end
+
+
 --- Container ids runc still lists under this daemon's runtime root.
 function Daemon:runc_list()
-    local root = self.state_dir .. "/" .. self.opts.consumer .. "/runc"
+    local root = self.state_dir .. "/" .. runtime_root_name(self) .. "/runc"
     local p = io.popen("runc --root " .. cli.quote(root) .. " list -q 2>/dev/null")
     local ids = {}
     for l in p:lines() do

@@ -37,7 +37,7 @@ _M.APPS = absolute("spec/fixtures/worker-apps")
 function _M.new(opts)
     opts = opts or {}
     seq = seq + 1
-    local self = setmetatable({ daemons = {}, consumers = {}, opts = opts }, World)
+    local self = setmetatable({ daemons = {}, roots = {}, opts = opts }, World)
     self.tag = string.format("w%d-%d", loop.getpid(), seq)
     self.server = redis_server.start(opts.redis_args)
     self.r = assert(redis.connect(self.server.cfg))
@@ -58,7 +58,10 @@ end
 function World:daemon(name, env, opts)
     opts = opts or {}
     local consumer = self:consumer(name)
-    self.consumers[consumer] = true
+    env = env or {}
+    -- a daemon's runtime root is named after its consumer, stream and group
+    self.roots[#self.roots + 1] = { consumer = consumer, stream = env.REDIS_STREAM or "events",
+        group = env.REDIS_GROUP or "relay" }
     local d = daemon.start({
         url = self.server.url, consumer = consumer, apps = opts.apps or self.apps,
         state_dir = self.state_dir, env = env, bin = opts.bin, args = opts.args,
@@ -224,11 +227,11 @@ function World:close()
             d:kill9()
         end
     end
-    for consumer in pairs(self.consumers) do
-        pcall(function()
-            runtime.new({ runtime = "runc", state_dir = self.state_dir, consumer = consumer }):sweep()
-        end)
-        runtime.remove_cgroup_dirs("relay/" .. runtime.sanitize(consumer))
+    for _, root in ipairs(self.roots) do
+        local rt = runtime.new({ runtime = "runc", state_dir = self.state_dir, consumer = root.consumer,
+            stream = root.stream, group = root.group })
+        pcall(function() rt:sweep() end)
+        runtime.remove_cgroup_dirs(rt.cgroup_parent)
     end
     pcall(function() self.r:close() end)
     self.server:stop()

@@ -180,7 +180,7 @@ maybe("relay run over rediss://", function()
         d:wait_until(function() return #w:dlq() == 1 end, 15, "a dead letter")
         assert.are.equal(0, w:pending())
 
-        local r = cli.run({ "dlq", "ls" }, env)
+        local r = cli.run({ "dlq", "ls", "--no-header" }, env)
         assert.are.equal(0, r.code, r.stderr)
         assert.are.equal(1, select(2, r.stdout:gsub("\n", "")))
         r = cli.run({ "status", "--json" }, env)

@@ -173,6 +173,10 @@ describe("relay match --pattern", function()
         assert.are.equal("", out)
         assert.are.equal(2, code)
         assert.matches("missing.yaml: cannot read: ", err)
+        code, out, err = relay({ "match", "--pattern", PATTERNS .. "/wrapped.yaml", "--event", '{"type":"order"}' })
+        assert.are.same({ 2, "" }, { code, out })
+        assert.matches("^relay: " .. PATTERNS:gsub("%p", "%%%0") .. "/wrapped.yaml:2:1: this file holds a "
+            .. "`pattern:` key; a %-%-pattern file holds the pattern itself", err)
     end)
 
     it("refuses --pattern together with --apps", function()
@@ -194,6 +198,23 @@ describe("relay match --events (bulk)", function()
     it("--count prints only matched N of M", function()
         local code, out = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl", "--count" })
         assert.are.same({ 0, "matched 3 of 5\n" }, { code, out })
+    end)
+
+    it("prints JSON with --json: per match, per event, and for --count", function()
+        local code, out = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl", "--json" })
+        assert.are.equal(0, code)
+        assert.are.equal('{"line":1,"invocation":"alpha/users.created"}\n{"line":1,"invocation":"alpha/any.insert"}\n'
+            .. '{"line":1,"invocation":"beta/users.all"}\n{"line":2,"invocation":"beta/users.all"}\n'
+            .. '{"line":3,"invocation":"alpha/any.insert"}\n', out)
+        code, out = relay({ "match", "--apps", VALID, "--events", EVENTS .. "/users.jsonl", "--count", "--json" })
+        assert.are.same({ 0, '{"matched":3,"total":5}\n' }, { code, out })
+        code, out = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--events", EVENTS .. "/images.jsonl",
+            "--json" })
+        assert.are.same({ 0, '{"line":1}\n{"line":4}\n' }, { code, out })
+        code, out = relay({ "match", "--apps", VALID, "--event", '{"nothing":1}', "--json" })
+        assert.are.same({ 1, '{"match":false,"invocations":[]}\n' }, { code, out })
+        code, out = relay({ "match", "--pattern", PATTERNS .. "/nested.yaml", "--event", "{}", "--json" })
+        assert.are.same({ 1, '{"match":false}\n' }, { code, out })
     end)
 
     it("reads stdin with -, and prints line numbers with --pattern", function()
@@ -315,6 +336,47 @@ describe("relay app validate", function()
         assert.are.same({ 0, "ok alpha\nok beta\n", "" }, { code, out, err })
         code, out, err = relay({ "app", "validate", "spec/fixtures/apps/nonexistent" })
         assert.are.same({ 1, "", "relay: spec/fixtures/apps/nonexistent: no such directory\n" }, { code, out, err })
+    end)
+
+    it("prints every error of a template, one line each, and all of them in --json", function()
+        local fs = require("relay.fs")
+        local dir = require("helpers.tmp").mkdtemp("relay-validate-")
+        assert(fs.mkdir(dir .. "/two"))
+        local template = dir .. "/two/template.yaml"
+        assert(fs.write_file(template, "runtime:\n  command: [run]\n  pids: 0\nconcurrency: x\n"))
+        local code, out, err = relay({ "app", "validate", dir .. "/two" })
+        assert.are.same({ 1, "" }, { code, out })
+        assert.are.equal("relay: " .. template .. ":3:9: runtime.pids must be from 1 to 4194304, not 0\n"
+            .. "relay: " .. template .. ":4:14: concurrency must be a whole number from 1 to 65535, "
+            .. 'not the string "x"\n',
+            err)
+        code, out = relay({ "app", "validate", "--json", dir .. "/two" })
+        local obj = require("cjson").decode(out)
+        assert.are.equal(1, code)
+        assert.are.equal(2, #obj.errors)
+        assert.are.equal(obj.errors[1] .. " (and 1 more)", obj.error)
+        fs.rm_rf(dir)
+    end)
+
+    it("reports a program missing from the image, or not executable, at runtime.command", function()
+        local fs = require("relay.fs")
+        local dir = require("helpers.tmp").mkdtemp("relay-validate-")
+        assert(fs.mkdir(dir .. "/prog"))
+        local template = dir .. "/prog/template.yaml"
+        assert(fs.write_file(template, "runtime:\n  command: [/app/run.sh]\n"))
+        assert(fs.write_file(dir .. "/prog/run.sh", "#!/bin/sh\n"))
+        local code, out, err = relay({ "app", "validate", dir .. "/prog" })
+        assert.are.same({ 1, "", "relay: " .. template .. ":2:13: runtime.command[1]: /app/run.sh is not "
+            .. "executable (chmod +x)\n" }, { code, out, err })
+        assert(fs.chmod(dir .. "/prog/run.sh", 493))
+        code, out = relay({ "app", "validate", dir .. "/prog" })
+        assert.are.same({ 0, "ok prog\n" }, { code, out })
+        assert(fs.write_file(template, "runtime:\n  command: [no-such-program-here, x]\n"))
+        code, out, err = relay({ "app", "validate", dir .. "/prog" })
+        assert.are.same({ 1, "" }, { code, out })
+        assert.matches(":2:13: runtime.command%[1%]: no%-such%-program%-here is not found in the container's PATH",
+            err)
+        fs.rm_rf(dir)
     end)
 
     it("prints one JSON object per app with --json", function()

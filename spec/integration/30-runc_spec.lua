@@ -94,6 +94,12 @@ end
 
 local ENV = { RELAY_APPS = APPS, RELAY_STATE_DIR = STATE, RELAY_RUNTIME = "runc", RELAY_CONSUMER = "itest" }
 
+--- A consumer's runtime root for the default stream and group (the CLI's here).
+local function root_of(consumer)
+    return STATE .. "/" .. runtime.root_name(consumer, "events", "relay")
+end
+
+
 local function invoke_cli(app, handler, event)
     return cli.run({ "app", "invoke", app, handler, "--event", event or '{"t":"x"}' }, ENV)
 end
@@ -146,10 +152,11 @@ maybe("runc driver", function()
     teardown(function()
         -- a failed spec must not leave containers behind
         for _, consumer in ipairs({ "orph-a", "orph-b" }) do
-            runtime.new({ runtime = "runc", state_dir = STATE, consumer = consumer }):sweep()
+            runtime.new({ runtime = "runc", state_dir = STATE, consumer = consumer, stream = "events" }):sweep()
         end
         fs.rm_rf(ROOT)
         for _, consumer in ipairs({ "itest", "flood", "orph-a", "orph-b" }) do
+            runtime.remove_cgroup_dirs("relay/" .. runtime.root_name(consumer, "events"))
             runtime.remove_cgroup_dirs("relay/" .. consumer)
         end
     end)
@@ -172,8 +179,8 @@ maybe("runc driver", function()
         assert.truthy(r.stdout:find("\nRELAY_DEADLINE=%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ\n"))
         assert.are.equal("to stderr\n", r.stderr)
         -- the private root is gone, and nothing was left in the consumer's root
-        assert.is_false(fs.exists(STATE .. "/itest/invoke-" .. fs.getpid()))
-        assert.is_false(fs.exists(STATE .. "/itest/runc"))
+        assert.is_false(fs.exists(root_of("itest") .. "/invoke-" .. fs.getpid()))
+        assert.is_false(fs.exists(root_of("itest") .. "/runc"))
     end)
 
     it("exits with the handler's status, 128+N on a signal, 127 for a missing command", function()
@@ -273,8 +280,8 @@ maybe("runc driver", function()
             runtime = { image = "host", command = { "/bin/sh", "-c", "exec sleep 1004" } } }
         local other = { name = "probe", dir = APPS .. "/probe",
             runtime = { image = "host", command = { "/bin/sh", "-c", "exec sleep 1005" } } }
-        local rt_a = runtime.new({ runtime = "runc", state_dir = STATE, consumer = "orph-a" })
-        local rt_b = runtime.new({ runtime = "runc", state_dir = STATE, consumer = "orph-b" })
+        local rt_a = runtime.new({ runtime = "runc", state_dir = STATE, consumer = "orph-a", stream = "events" })
+        local rt_b = runtime.new({ runtime = "runc", state_dir = STATE, consumer = "orph-b", stream = "events" })
         local inv = { handler = "h", trigger = "event", message_id = "1-0", attempt = 1, deadline_ms = 0 }
         -- relay-init's fd 3 is a pipe this process keeps open (not its
         -- control socket, which a finished proc closes): the containers
@@ -303,7 +310,7 @@ maybe("runc driver", function()
         assert.are.equal(1, rt_a:sweep())
         assert.are.same({}, runc_ids(rt_a))
         assert.are.same({}, left_after_kill({ "sleep 1004" }))
-        assert.are.same({}, fs.list(STATE .. "/orph-a/bundles/probe"))
+        assert.are.same({}, fs.list(root_of("orph-a") .. "/bundles/probe"))
         -- the other consumer's container is untouched
         assert.is_true(#procs_matching("sleep 1005") >= 1)
         assert.are.same({ spec_b.id }, runc_ids(rt_b))
@@ -319,7 +326,7 @@ maybe("runc driver", function()
             "%s app invoke long h --event '{}' >/dev/null 2>&1 & echo $! >%s", APPS, STATE, cli.quote(cli.binary()),
             pidfile))
         local pid = tonumber(fs.read_file(pidfile))
-        local dir = STATE .. "/orph-a/invoke-" .. pid
+        local dir = root_of("orph-a") .. "/invoke-" .. pid
         local function started()
             local report, ids = runtime.exec({ "runc", "--root", dir .. "/runc", "list", "-q" }, 10)
             return fs.is_dir(dir .. "/runc") and report and #ids > 0
@@ -337,7 +344,7 @@ maybe("runc driver", function()
         assert.are.same({}, left_after_kill({ "sleep 1006" }))
         assert.is_true(fs.is_dir(dir))
         rt_a:sweep()
-        assert.is_false(fs.exists(STATE .. "/orph-a/invoke-" .. pid))
+        assert.is_false(fs.exists(root_of("orph-a") .. "/invoke-" .. pid))
         assert.are.same({}, left_after_kill({ "sleep 1005" }))
         for _, rt in ipairs({ rt_a, rt_b }) do
             for _, parent in ipairs(rt:cgroup_parents()) do

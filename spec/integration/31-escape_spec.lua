@@ -261,9 +261,10 @@ describe("escape suite", function()
         if server then
             server:stop()
         end
-        runtime.new({ runtime = "runc", state_dir = STATE, consumer = "escape" }):sweep()
+        local rt = runtime.new({ runtime = "runc", state_dir = STATE, consumer = "escape", stream = "events" })
+        rt:sweep()
         fs.rm_rf(ROOT)
-        runtime.remove_cgroup_dirs("relay/escape")
+        runtime.remove_cgroup_dirs(rt.cgroup_parent)
     end)
 
     for _, d in ipairs(DRIVERS) do

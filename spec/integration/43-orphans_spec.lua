@@ -44,10 +44,17 @@ local function starts_of(daemons, id, label)
 end
 
 
+--- A daemon's runtime root (relay.runtime names it after its consumer, stream and group).
+local function root_dir(state_dir, consumer, stream)
+    return runtime.new({ runtime = "runc", state_dir = state_dir, consumer = consumer, stream = stream or "events" })
+        .base_dir
+end
+
+
 --- The `runc run` processes of a consumer's runtime root.
 local function runc_runs(state_dir, consumer)
     local out = {}
-    for _, pid in ipairs(daemon.procs_matching("--root " .. state_dir .. "/" .. consumer .. "/runc")) do
+    for _, pid in ipairs(daemon.procs_matching("--root " .. root_dir(state_dir, consumer) .. "/runc")) do
         local cmd = (fs.read_file("/proc/" .. pid .. "/cmdline") or ""):gsub("%z", " ")
         if cmd:find(" run ", 1, true) then
             out[#out + 1] = pid
@@ -58,8 +65,9 @@ end
 
 
 --- Container ids runc lists under a consumer's runtime root.
-local function runc_list(state_dir, consumer)
-    local report, ids = runtime.exec({ "runc", "--root", state_dir .. "/" .. consumer .. "/runc", "list", "-q" }, 10)
+local function runc_list(state_dir, consumer, stream)
+    local runc_root = root_dir(state_dir, consumer, stream) .. "/runc"
+    local report, ids = runtime.exec({ "runc", "--root", runc_root, "list", "-q" }, 10)
     assert(report)
     local out = {}
     for _, id in ipairs(ids) do
@@ -73,7 +81,7 @@ end
 
 --- The invocation leaves left in a consumer's cgroup parents.
 local function cgroup_leaves(state_dir, consumer)
-    local rt = runtime.new({ runtime = "runc", state_dir = state_dir, consumer = consumer })
+    local rt = runtime.new({ runtime = "runc", state_dir = state_dir, consumer = consumer, stream = "events" })
     local out = {}
     for _, parent in ipairs(rt:cgroup_parents()) do
         for _, e in ipairs(fs.list(parent) or {}) do
@@ -209,7 +217,7 @@ maybe("orphaned containers (runc) #compressed", function()
         w:ready(d2)
         assert.are.same({}, runc_list(w.state_dir, w:consumer("c1")))
         wait_gone(sleep, 2, "the dead consumer's container")
-        assert.are.same({}, fs.list(w.state_dir .. "/" .. w:consumer("c1") .. "/bundles/oa") or {})
+        assert.are.same({}, fs.list(root_dir(w.state_dir, w:consumer("c1")) .. "/bundles/oa") or {})
         assert.are.same({}, cgroup_leaves(w.state_dir, w:consumer("c1")))
         assert.is_true(d2:count("removed orphaned containers") >= 1, d2:tail(20))
     end)
@@ -223,14 +231,14 @@ maybe("orphaned containers (runc) #compressed", function()
         w:ready(other)
         w:publish(string.format('{"t":"sleep","s":%s}', secs), "other")
         other:wait_until(function() return #other:runs("start") == 1 end, 10, "the other stream's handler")
-        -- the same consumer name on this stream shares its runtime root
+        -- the same consumer name on this stream has a runtime root of its own
         local same = w:daemon("c1")
         w:ready(same)
         local fresh = w:daemon("c2")
         w:ready(fresh)
         -- both swept at start, before "relay started"
         assert.are.equal(1, #daemon.procs_matching(sleep))
-        assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1")))
+        assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1"), "other"))
         assert.are.equal(0, same:count("removed orphaned containers"))
         assert.are.equal(0, fresh:count("removed orphaned containers"))
         other:kill9()

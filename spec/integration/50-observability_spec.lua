@@ -133,14 +133,16 @@ end
 
 local maybe = usable and describe or pending
 maybe("observability of the daemon", function()
-    local server, daemon, port
+    local server, daemon, port, spawned_between
     local lines = {}
     local ids = {}
 
     setup(function()
         server = redis_server.start()
         port = free_port()
+        spawned_between = { os.time() }
         daemon = start_daemon(daemon_env(server, port), lines)
+        spawned_between[2] = os.time()
         assert(wait_until(20, function() return fetch(port, "/healthz") == 200 end),
             "daemon did not become healthy:\n" .. table.concat(lines, "\n"))
         local function xadd(event)
@@ -168,7 +170,7 @@ maybe("observability of the daemon", function()
         if server then
             server:stop()
         end
-        runtime.remove_cgroup_dirs("relay/" .. CONSUMER)
+        runtime.remove_cgroup_dirs("relay/" .. runtime.root_name(CONSUMER, "events", "relay"))
     end)
 
     it("serves exact metric values for the workload", function()
@@ -201,6 +203,29 @@ maybe("observability of the daemon", function()
         assert.is_nil(body:find("relay_start_failures_total{", 1, true))
         assert.is_nil(body:find('outcome="timeout"', 1, true))
         assert.is_nil(body:find('outcome="lost"', 1, true))
+    end)
+
+    it("serves the build info and the standard process metrics of the daemon", function()
+        local _, _, body = fetch(port, "/metrics")
+        local version = cli.run({ "version" }).stdout
+        local want_info = string.format('relay_build_info{hiredis="%s",luajit="%s",version="%s"}',
+            version:match("\nhiredis (%S+)"), version:match("\nLuaJIT (%S+)"), version:match("^relay (%S+)"))
+        assert.are.equal(1, sample(body, want_info), body)
+        for _, family in ipairs({ "process_cpu_seconds_total counter", "process_resident_memory_bytes gauge",
+            "process_open_fds gauge", "process_start_time_seconds gauge", "relay_build_info gauge" }) do
+            assert.truthy(body:find("\n# TYPE " .. family .. "\n", 1, true), family)
+        end
+        assert.is_true(sample(body, "process_cpu_seconds_total") > 0)
+        -- the daemon's own figures, read from outside it
+        local status = assert(io.open("/proc/" .. daemon.pid .. "/status")):read("*a")
+        local rss = tonumber(status:match("\nVmRSS:%s*(%d+) kB")) * 1024
+        assert.is_true(math.abs(sample(body, "process_resident_memory_bytes") - rss) < rss / 2)
+        local fds = #assert(fs.list("/proc/" .. daemon.pid .. "/fd"))
+        assert.is_true(math.abs(sample(body, "process_open_fds") - fds) <= 8,
+            sample(body, "process_open_fds") .. " vs " .. fds)
+        local started = sample(body, "process_start_time_seconds")
+        assert.is_true(started >= spawned_between[1] - 2 and started <= spawned_between[2] + 2,
+            started .. " not within " .. spawned_between[1] .. ".." .. spawned_between[2])
     end)
 
     it("answers /healthz 200 and unknown paths 404", function()

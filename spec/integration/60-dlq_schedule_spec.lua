@@ -65,7 +65,16 @@ describe("relay dlq #compressed", function()
         local r = cli.run({ "dlq", "ls" }, env)
         assert.are.equal(0, r.code, r.stderr)
         local rows = lines(r.stdout)
+        assert.are.equal("ID\tAPP/HANDLER\tATTEMPTS\tTIMESTAMP\tREASON", table.remove(rows, 1))
         assert.are.equal(4, #rows)
+        -- pages: --limit, then --after the last id shown, as stderr says
+        local page1 = cli.run({ "dlq", "ls", "--no-header", "--limit", "3" }, env)
+        assert.are.equal(3, #lines(page1.stdout))
+        local cursor = page1.stderr:match("the next page: %-%-after (%S+)\n$")
+        assert.are.equal(lines(page1.stdout)[3]:match("^%S+"), cursor)
+        local page2 = cli.run({ "dlq", "ls", "--no-header", "--limit", "3", "--after", cursor }, env)
+        assert.are.same({ rows[4], "" }, { page2.stdout:match("^[^\n]+"), page2.stderr })
+        assert.are.equal(1, #lines(page2.stdout))
         local by_label, previous = {}, ""
         for _, row in ipairs(rows) do
             local f = {}
@@ -83,12 +92,16 @@ describe("relay dlq #compressed", function()
         assert.are.equal("0", by_label["-/-"][1][3])
         assert.matches("invalid JSON", by_label["-/-"][1][5])
 
-        r = cli.run({ "dlq", "ls", "--app", "dq", "--handler", "fixable" }, env)
+        r = cli.run({ "dlq", "ls", "--app", "dq", "--handler", "fixable", "--no-header" }, env)
         assert.are.equal(2, #lines(r.stdout))
         r = cli.run({ "dlq", "ls", "--limit", "1", "--json", "--handler", "fixable" }, env)
         local only = lines(r.stdout)
         assert.are.equal(1, #only)
         local rec = cjson.decode(only[1])
+        -- real numbers, the event as an object, id first
+        assert.are.equal("number", type(rec.handler_attempts))
+        assert.are.equal("table", type(rec.event))
+        assert.matches('^{"id":"[%d-]+","original_stream":"events","original_id":', only[1])
         -- the two fixable events ran concurrently: either may have died first
         assert.is_true(rec.original_id == ids[1] or rec.original_id == ids[2])
         local n = rec.original_id == ids[1] and 1 or 2
@@ -105,6 +118,14 @@ describe("relay dlq #compressed", function()
         r = cli.run({ "dlq", "inspect", "1-1" }, env)
         assert.are.equal(1, r.code)
         assert.matches("^relay: no DLQ entry 1%-1", r.stderr)
+        -- not an id at all: said so, before anything is read or removed
+        r = cli.run({ "dlq", "inspect", "bogus" }, env)
+        assert.are.same({ 2, "relay: bogus: not a stream id (<ms>-<seq>, as `relay dlq ls` shows them)\n" },
+            { r.code, r.stderr })
+        r = cli.run({ "dlq", "rm", dlq_id, "bogus" }, env)
+        assert.are.equal(2, r.code)
+        assert.matches("bogus: not a stream id", r.stderr)
+        assert.are.equal(1, #client:call("XRANGE", "relay:events:dlq", dlq_id, dlq_id))
 
         -- the malformed entry cannot be replayed
         local malformed_id = by_label["-/-"][1][1]
@@ -138,11 +159,16 @@ describe("relay dlq #compressed", function()
         assert.are.equal("1\n", r.stdout)
         assert.matches("no DLQ entry 1%-1", r.stderr)
         -- replay --all for the app replays the remaining fixable entry
-        r = cli.run({ "dlq", "replay", "--all", "--app", "dq" }, env)
+        local last_fixable = cjson.decode(lines(cli.run({ "dlq", "ls", "--json", "--app", "dq",
+            "--handler", "fixable" }, env).stdout)[1]).id
+        r = cli.run({ "dlq", "replay", "--all", "--app", "dq", "--json" }, env)
         assert.are.equal(0, r.code, r.stderr)
         assert.are.equal(1, #lines(r.stdout))
-        r = cli.run({ "dlq", "rm", "--all" }, env)
-        assert.are.equal("1\n", r.stdout)
+        local replayed = cjson.decode(lines(r.stdout)[1])
+        assert.are.equal(last_fixable, replayed.dlq_id)
+        assert.matches("^%d+%-%d+$", replayed.id)
+        r = cli.run({ "dlq", "rm", "--all", "--json" }, env)
+        assert.are.equal('{"removed":1}\n', r.stdout)
         assert.are.equal(0, dlq_len())
     end)
 
@@ -270,7 +296,10 @@ describe("schedules #compressed", function()
     it("lists schedules with their next occurrence", function()
         local r = cli.run({ "schedule", "ls", "--apps", apps })
         assert.are.equal(0, r.code, r.stderr)
-        assert.matches("clock/tick\ttick\tevery 1s\t%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ\n", r.stdout)
-        assert.matches("clock/nightly\treport\tcron 0 3 %* %* %*\t%d%d%d%d%-%d%d%-%d%dT03:00:00Z\n", r.stdout)
+        assert.matches("^SCHEDULE\tHANDLER\tSPEC\tNEXT %(UTC%)\tNEXT %(LOCAL%)\n", r.stdout)
+        assert.matches("^clock/", cli.run({ "schedule", "ls", "--apps", apps, "--no-header" }).stdout)
+        assert.matches("clock/tick\ttick\tevery 1s\t%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ\t[^\t\n]+Z UTC\n", r.stdout)
+        assert.matches("clock/nightly\treport\tcron 0 3 %* %* %*\t%d%d%d%d%-%d%d%-%d%dT03:00:00Z\t"
+            .. "%d%d%d%d%-%d%d%-%d%dT03:00:00Z UTC\n", r.stdout)
     end)
 end)

@@ -28,6 +28,16 @@ describe("config", function()
             ["redis://:secret@h:7000"] = { host = "h", port = 7000, db = 0, password = "secret" },
             ["unix:///run/redis.sock"] = { path = "/run/redis.sock", db = 0 },
             ["unix:///run/redis.sock?db=5"] = { path = "/run/redis.sock", db = 5 },
+            ["unix://:s%40c@/run/redis.sock"] = { path = "/run/redis.sock", db = 0, password = "s@c" },
+            ["unix://bob:pw@/run/redis.sock?db=3"] = {
+                path = "/run/redis.sock", db = 3, user = "bob", password = "pw",
+            },
+            ["unix:///run/redis.sock?password=pw&db=2"] = { path = "/run/redis.sock", db = 2, password = "pw" },
+            ["redis+sentinel://:pw@10.0.0.1:26380,10.0.0.2/mymaster/2"] = {
+                sentinels = { { host = "10.0.0.1", port = 26380 }, { host = "10.0.0.2", port = 26379 } },
+                master = "mymaster", db = 2, password = "pw",
+            },
+            ["redis+sentinel://s1:5000/m"] = { sentinels = { { host = "s1", port = 5000 } }, master = "m", db = 0 },
         }
         for url, want in pairs(cases) do
             assert.are.same(want, (config.parse_redis_url(url)), url)
@@ -39,6 +49,7 @@ describe("config", function()
             { MAX_CONCURRENCY = "abc" }, { MAX_CONCURRENCY = "0" }, { MAX_CONCURRENCY = "2.5" },
             { REDIS_URL = "http://x" }, { REDIS_URL = "redis://h:99999" }, { REDIS_URL = "redis://h:1/x" },
             { REDIS_URL = "unix://relative.sock" }, { REDIS_URL = "unix:///s?database=1" },
+            { REDIS_URL = "redis+sentinel://s1:1/" }, { REDIS_URL = "redis+sentinel://s1:99999/m" },
             { RELAY_RUNTIME = "lxc" }, { RELAY_LOG_LEVEL = "verbose" }, { RELAY_LOG_FORMAT = "xml" },
             { RELAY_RETENTION = "1 day" }, { RELAY_RETENTION = "-5m" }, { RELAY_MAX_EVENT_BYTES = "1Mb" },
             { RELAY_METRICS_ADDR = "9090" }, { RELAY_CONSUMER = "a:b" }, { REDIS_STREAM = "" },
@@ -58,6 +69,25 @@ describe("config", function()
         local bad, err = config.load({}, { max_concurrency = "lots" })
         assert.is_nil(bad)
         assert.matches("%-%-max%-concurrency=lots", err)
+    end)
+
+    it("masks the password wherever a Redis URL is shown", function()
+        local cases = {
+            ["redis://:s3cret@h:6379/0"] = "redis://:***@h:6379/0",
+            ["redis://alice:s3cret@h:6379/0"] = "redis://alice:***@h:6379/0",
+            ["unix://:s3cret@/run/r.sock"] = "unix://:***@/run/r.sock",
+            ["unix:///run/r.sock?db=1&password=s3cret"] = "unix:///run/r.sock?db=1&password=***",
+            ["redis://h:6379/0"] = "redis://h:6379/0",
+            ["unix:///run/r.sock?db=1"] = "unix:///run/r.sock?db=1",
+            ["redis+sentinel://u:s3cret@s1:1,s2:2/m"] = "redis+sentinel://u:***@s1:1,s2:2/m",
+        }
+        for url, want in pairs(cases) do
+            assert.are.equal(want, config.mask_redis_url(url))
+        end
+        local cfg = assert(config.load({ REDIS_URL = "redis://:s3cret@h:7000" }))
+        assert.are.equal("redis://:***@h:7000", cfg.redis_url_text)
+        local _, err = config.load({ REDIS_URL = "redis://:s3cret@h:99999" })
+        assert.are.equal("invalid REDIS_URL=redis://:***@h:99999: the port must be 1..65535", err)
     end)
 
     it("keeps REDIS_URL's text as given, or its default's, for messages", function()

@@ -34,6 +34,37 @@ end
 
 
 describe("template validation", function()
+    it("reports every independent error of a file, not only the first", function()
+        local app = validate([[
+runtime:
+  command: [run]
+  memroy: 64Mi
+  pids: -1
+concurrency: 0
+events:
+  - handler: a
+    pattern: {t: [x]}
+    timeout: 99h
+  - handler: b
+    pattern: {t: x}
+  - handler: c
+    pattern: {t: [ok]}
+schedules:
+  - name: tick
+    handler: t
+    every: 0s
+]])
+        assert.are.equal("invalid", app.state)
+        assert.are.equal(6, #app.errors, table.concat(app.errors, "\n"))
+        local lines = {}
+        for i, err in ipairs(app.errors) do
+            lines[i] = tonumber(err:match("^" .. PATH .. ":(%d+):%d+: "))
+        end
+        assert.are.same({ 3, 4, 5, 9, 11, 17 }, lines)
+        assert.matches('unknown key "memroy" in runtime; did you mean memory%?', app.errors[1])
+        assert.are.equal(app.errors[1] .. " (and 5 more)", app.error)
+    end)
+
     it("accepts the reference example and applies its values", function()
         local app = ok([[
 runtime:
@@ -64,7 +95,7 @@ schedules:
         assert.are.same({
             driver = "runc", image = "host", command = { "python3", "/app/main.py" },
             memory = 256 * 1024 * 1024, pids = 64, cpus = 1, network = "none",
-            env = { LOG_STYLE = "plain", PYTHONUNBUFFERED = "1" }, init = true,
+            env = { LOG_STYLE = "plain", PYTHONUNBUFFERED = "1" }, init = true, secrets = {}, mounts = {},
         }, app.runtime)
         assert.are.equal(2, app.concurrency)
         assert.are.same({ {
@@ -85,7 +116,7 @@ schedules:
     it("applies defaults", function()
         local app = ok("events:\n  - handler: h\n    pattern: {a: [1]}\n")
         assert.are.same({ image = "host", memory = 256 * 1024 * 1024, pids = 64, network = "none",
-            env = { PYTHONUNBUFFERED = "1" } }, app.runtime)
+            env = { PYTHONUNBUFFERED = "1" }, secrets = {}, mounts = {} }, app.runtime)
         assert.is_nil(app.runtime.command)
         assert.is_nil(app.runtime.init)
         assert.is_nil(app.concurrency)
@@ -118,13 +149,14 @@ schedules:
         invalid(with("event:\n  - {}\n"), PATH .. ':3:1: unknown key "event" in template; did you mean events? '
             .. "(allowed: runtime, concurrency, events, schedules)")
         invalid("runtime:\n  comand: [x]\n", PATH .. ':2:3: unknown key "comand" in runtime; did you mean '
-            .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init, nofile, seccomp)")
+            .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init, nofile, seccomp, "
+            .. "secrets, mounts)")
         invalid(with("events:\n  - handler: h\n    pattern: {a: [1]}\n    timout: 5s\n"),
             PATH .. ':6:5: unknown key "timout" in events[1]; did you mean timeout? '
             .. "(allowed: handler, pattern, timeout, retries)")
         invalid(with("schedules:\n  - name: n\n    handler: h\n    every: 1s\n    paylod: 1\n"),
             PATH .. ':7:5: unknown key "paylod" in schedules[1]; did you mean payload? '
-            .. "(allowed: name, handler, cron, every, payload, timeout, retries)")
+            .. "(allowed: name, handler, cron, every, timezone, payload, timeout, retries)")
         invalid(with("zzz: 1\n"), PATH .. ':3:1: unknown key "zzz" in template '
             .. "(allowed: runtime, concurrency, events, schedules)")
     end)

@@ -94,14 +94,17 @@ describe("yaml.load_app", function()
         local app = apps.validate(text, "t.yaml", "x", "/x")
         assert.are.same(validate_slow(text), app)
         assert.are.equal('t.yaml:4:14: duplicate event handler "h" (first at 2:14); handler names are '
-            .. "unique within an app", app.error)
+            .. "unique within an app", app.errors[1])
+        assert.matches('^t.yaml:6:14: duplicate event handler "h"', app.errors[2])
         text = "events:\n  - handler: h\n    pattern: {a: x}\n  - handler: h\n    pattern: {a: [1]}\n"
         app = apps.validate(text, "t.yaml", "x", "/x")
-        assert.are.equal("t.yaml:3:18: a: a field condition must be a list; write [x]", app.error)
+        assert.are.same({ "t.yaml:3:18: a: a field condition must be a list; write [x]",
+            't.yaml:4:14: duplicate event handler "h" (first at 2:14); handler names are unique within an app' },
+            app.errors)
         text = "events:\n  - handler: h\n    pattern: {a: {b: [1]}}\n  - handler: h\n    pattern: {a: [1]}\n"
         app = apps.validate(text, "t.yaml", "x", "/x")
         assert.are.equal('t.yaml:4:14: duplicate event handler "h" (first at 2:14); handler names are '
-            .. "unique within an app", app.error)
+            .. "unique within an app", app.errors[#app.errors])
     end)
 
     it("keeps timeout and retries checks", function()

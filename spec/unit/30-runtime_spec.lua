@@ -126,6 +126,23 @@ describe("runtime", function()
         assert.has_error(function() p:sweep() end)
     end)
 
+
+    it("names a daemon's root, containers and cgroups after its consumer, stream and group", function()
+        local function rt(stream, group)
+            return runtime.new({ runtime = "auto", state_dir = STATE, consumer = "host-1", stream = stream,
+                group = group })
+        end
+        local orders, payments, other_group = rt("{orders}"), rt("payments"), rt("{orders}", "audit")
+        assert.matches("^" .. STATE:gsub("%p", "%%%0") .. "/host%-1%._orders_%.relay%.%x+$", orders.base_dir)
+        assert.matches("^relay%-host%-1%._orders_%.relay%.%x+$", orders.prefix)
+        assert.are.equal("relay/" .. orders.name, orders.cgroup_parent)
+        assert.are_not.equal(orders.name, payments.name)
+        assert.are_not.equal(orders.name, other_group.name)
+        -- sanitizing alone would make these two one name
+        assert.are_not.equal(rt("_orders_").name, orders.name)
+        assert.are.equal(orders.name, rt("{orders}", "relay").name)
+    end)
+
     it("resolves drivers", function()
         assert.are.equal("bwrap", runtime.resolve("bwrap"))
         assert.is_nil((runtime.resolve("lxc")))
@@ -552,6 +569,22 @@ describe("relay.core.proc", function()
         r = assert(proc.spawn({ argv = { "sleep", "10" }, timeout = 0.1, grace = 0.1 })):wait()
         assert.is_true(r.timed_out)
         assert.are.equal(15, r.signal)
+    end)
+
+    it("runs a join-only child: the cgroup writes, no exec, and its status", function()
+        -- a plain file stands in for cgroup.procs: the child writes its pid there
+        local procs = os.tmpname()
+        local h = assert(proc.spawn({ argv = { "relay-cgroup-prewarm" }, cgroup_procs = { procs },
+            join_only = true, timeout = 5 }))
+        local r = h:wait()
+        assert.are.equal(0, r.status)
+        assert.is_nil(r.start_error)
+        assert.are.equal(tostring(h.pid), fs.read_file(procs))
+        os.remove(procs)
+        -- a write that fails is the child's exit status (no exec error to report)
+        r = assert(proc.spawn({ argv = { "relay-cgroup-prewarm" }, cgroup_procs = { procs .. "/none/cgroup.procs" },
+            join_only = true, timeout = 5 })):wait()
+        assert.are.equal(127, r.status)
     end)
 
     it("survives an on_line error and a dropped handle", function()

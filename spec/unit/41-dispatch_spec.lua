@@ -131,12 +131,13 @@ end
 
 
 local function fake_reporter()
-    local r = { events = {}, attempts = {}, dlqs = {}, counts = {} }
+    local r = { events = {}, attempts = {}, dlqs = {}, counts = {}, retries = {} }
     function r.event(outcome)
         r.events[#r.events + 1] = outcome
     end
-    function r.attempt(inv, outcome, result, _, attempt)
+    function r.attempt(inv, outcome, result, _, attempt, retry_in_ms)
         r.attempts[#r.attempts + 1] = { inv.app .. "/" .. inv.handler, outcome, attempt, result.reason }
+        r.retries[#r.retries + 1] = retry_in_ms or false
     end
     function r.dlq(inv, _, reason, attempts, id)
         r.dlqs[#r.dlqs + 1] = { inv.app .. "/" .. inv.handler, reason, attempts, id }
@@ -234,6 +235,7 @@ describe("dispatch", function()
         local fail = call(ctx.lifecycle, "fail")
         assert.are.same({ "fail", "a/fails", "i.1", 1, "exit status 3", "boom" }, fail)
         assert.are.same({ { "a/fails", "failed", 1, "exit status 3" } }, ctx.reporter.attempts)
+        assert.are.same({ 1000 }, ctx.reporter.retries)  -- the log's next_attempt_at
         assert_slots_free(ctx)
     end)
 
@@ -247,6 +249,7 @@ describe("dispatch", function()
         local ctx = context({ replies = { fail = { "exhausted", "7-0" } } })
         assert.are.equal("acked", dispatch.process(ctx, matched("a/fails")))
         assert.are.same({ { "a/fails", "exit status 3", 1, "7-0" } }, ctx.reporter.dlqs)
+        assert.are.same({ false }, ctx.reporter.retries)  -- no retry to announce
         assert_slots_free(ctx)
     end)
 
@@ -254,15 +257,16 @@ describe("dispatch", function()
         local ctx = context({ replies = { try_start = { "skip", "lost", 2000, 1 } } })
         assert.are.same({ "pending", 2000 }, { dispatch.process(ctx, matched("a/ok")) })
         assert.are.same({ { "a/ok", "lost", 1, LOST } }, ctx.reporter.attempts)
+        assert.are.same({ 2000 }, ctx.reporter.retries)
         assert.is_nil(call(ctx.lifecycle, "succeed"))
         assert_slots_free(ctx)
     end)
 
     it("dead-letters a lost last attempt", function()
-        local ctx = context({ replies = { try_start = { "exhausted", 5 } } })
+        local ctx = context({ replies = { try_start = { "exhausted", 5, "9-0" } } })
         assert.are.equal("acked", dispatch.process(ctx, matched("a/ok")))
         assert.are.same({ { "a/ok", "lost", 5, LOST } }, ctx.reporter.attempts)
-        assert.are.same({ { "a/ok", LOST, 5 } }, ctx.reporter.dlqs)
+        assert.are.same({ { "a/ok", LOST, 5, "9-0" } }, ctx.reporter.dlqs)
     end)
 
     it("leaves an invocation another worker is running alone", function()

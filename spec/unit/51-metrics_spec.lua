@@ -12,6 +12,8 @@ local FAMILIES = {
     relay_running_invocations = "gauge", relay_redis_reconnects_total = "counter",
     relay_start_failures_total = "counter", relay_stale_token_writes_total = "counter",
     relay_group_recreated_total = "counter", relay_log_dropped_total = "counter",
+    relay_build_info = "gauge", process_cpu_seconds_total = "counter", process_resident_memory_bytes = "gauge",
+    process_open_fds = "gauge", process_start_time_seconds = "gauge",
 }
 
 
@@ -115,6 +117,18 @@ describe("the metrics responder", function()
         assert.are.equal("text/plain; version=0.0.4; charset=utf-8", ctype)
         assert.are.equal(2, sample(body, "relay_running_invocations"))
         assert.are.equal(4, sample(body, "relay_redis_reconnects_total"))
+    end)
+
+    it("serves relay_build_info and this process's own figures", function()
+        local _, _, body = observe.respond(fake_worker(true), "GET", "/metrics")
+        local build = require("relay.core.build")
+        assert.are.equal(1, sample(body, string.format('relay_build_info{hiredis="%s",luajit="%s",version="%s"}',
+            build.hiredis, build.luajit:gsub("^LuaJIT ", ""), build.version)))
+        assert.is_true(sample(body, "process_cpu_seconds_total") > 0)
+        assert.is_true(sample(body, "process_resident_memory_bytes") > 1024 * 1024)
+        assert.is_true(sample(body, "process_open_fds") >= 3)  -- stdin, stdout, stderr at least
+        local age = os.time() - sample(body, "process_start_time_seconds")
+        assert.is_true(age >= -2 and age < 3600, "started " .. age .. " s ago")
     end)
 
     it("answers /healthz 200 while Redis is connected and the loop ticks, 503 otherwise", function()

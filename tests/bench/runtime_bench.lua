@@ -10,6 +10,7 @@
 --               line splitting, the event on stdin)
 --   invoke      `relay app invoke` end to end (process start, app load, bundle
 --               write, run, cleanup)
+--   baseline    the same by another binary (RELAY_BENCH_BASELINE), optional
 -- then invocations/second of the runtime module at concurrency 2.
 local fs = require("relay.fs")
 local invoke = require("relay.runtime.invoke")
@@ -23,7 +24,8 @@ os.remove(ROOT)
 local APP_DIR = ROOT .. "/apps/bench"
 local EVENT = '{"event_name":"INSERT","table_name":"users","new":{"id":1}}'
 
-local function median(t)
+local function median(values)
+    local t = { unpack(values) }
     table.sort(t)
     local n = #t
     return n % 2 == 1 and t[(n + 1) / 2] or (t[n / 2] + t[n / 2 + 1]) / 2
@@ -120,12 +122,44 @@ local function supervised(i)
     return loop.monotonic() - t0
 end
 
-local function invoked()
+local function invoked_by(relay_binary)
     local t0 = loop.monotonic()
     local cmd = string.format("RELAY_STATE_DIR=%s/state RELAY_RUNTIME=runc %s app invoke --apps %s/apps bench noop " ..
-        "--event-file %s >/dev/null", ROOT, relay, ROOT, event_file)
+        "--event-file %s >/dev/null", ROOT, relay_binary, ROOT, event_file)
     assert(os.execute(cmd) == 0)
     return loop.monotonic() - t0
+end
+
+local function invoked()
+    return invoked_by(relay)
+end
+
+-- RELAY_BENCH_BASELINE=<another relay binary> (an older build, with its own
+-- Lua tree): its `relay app invoke` runs in the same rounds, for a
+-- before/after comparison that the host's changing load cannot skew.
+local baseline_bin = os.getenv("RELAY_BENCH_BASELINE")
+
+-- CPU (user + system) of the children a variant ran, summed over its runs
+-- (cutime + cstime of /proc/self/stat, clock ticks: coarse per run, fair
+-- over many).
+local unistd = require("posix.unistd")
+local TICK_S = 1 / unistd.sysconf(unistd._SC_CLK_TCK)
+local cpu = {}
+local function children_cpu()
+    local fields = {}
+    for w in fs.read_file("/proc/self/stat"):match("%) (.*)$"):gmatch("%S+") do
+        fields[#fields + 1] = w
+    end
+    -- after the command name: state is field 3 of stat(5), cutime 16, cstime 17
+    return (tonumber(fields[14]) + tonumber(fields[15])) * TICK_S
+end
+local function measured(name, run)
+    return function(i)
+        local c0 = children_cpu()
+        local wall = run(i)
+        cpu[name] = (cpu[name] or 0) + children_cpu() - c0
+        return wall
+    end
 end
 
 -- warm-up: page cache, runc's binary, the host rootfs
@@ -134,15 +168,24 @@ soft(0)
 denylist(0)
 supervised(0)
 invoked()
+if baseline_bin then
+    invoked_by(baseline_bin)
+end
 
-local b, s, v, so, dl = {}, {}, {}, {}, {}
+local b, s, v, so, dl, vb = {}, {}, {}, {}, {}, {}
+local bare_m, invoked_m = measured("bare", bare), measured("invoke", invoked)
+local supervised_m, soft_m = measured("supervisor", supervised), measured("soft", soft)
+local baseline_m = measured("baseline", function() return invoked_by(baseline_bin) end)
 local steps = {
-    function(i) b[i] = bare(i) end,
-    function(i) s[i] = supervised(i) end,
-    function(i) v[i] = invoked() end,
-    function(i) so[i] = soft(i) end,
+    function(i) b[i] = bare_m(i) end,
+    function(i) s[i] = supervised_m(i) end,
+    function(i) v[i] = invoked_m(i) end,
+    function(i) so[i] = soft_m(i) end,
     function(i) dl[i] = denylist(i) end,
 }
+if baseline_bin then
+    steps[#steps + 1] = function(i) vb[i] = baseline_m(i) end
+end
 -- Each run starts cold, as a one-shot container does: a pause longer than
 -- an RCU grace period before it. Otherwise whichever variant follows another
 -- runc gets the kernel's cgroup-attach lock warm (no synchronize_rcu wait in
@@ -156,6 +199,19 @@ for i = 1, RUNS do
         steps[(i + k) % #steps + 1](i)
     end
 end
+-- Each round's bare run and invoke ran within a second of each other: their
+-- ratio is the figure least disturbed by the host's other load.
+local round_ratios, baseline_ratios = {}, {}
+print("round   bare ms  invoke ms  ratio" .. (baseline_bin and "  baseline ms  ratio" or ""))
+for i = 1, RUNS do
+    round_ratios[i] = v[i] / b[i]
+    local line = string.format("%5d  %8.1f  %9.1f  %5.3f", i, b[i] * 1000, v[i] * 1000, round_ratios[i])
+    if baseline_bin then
+        baseline_ratios[i] = vb[i] / b[i]
+        line = line .. string.format("  %11.1f  %5.3f", vb[i] * 1000, baseline_ratios[i])
+    end
+    print(line)
+end
 local mb, ms, mv, mso, mdl = median(b), median(s), median(v), median(so), median(dl)
 print(string.format("runs per variant:          %d (interleaved, order rotated, each after a %d ms pause)",
     RUNS, COLD_GAP_S * 1000))
@@ -166,6 +222,14 @@ print(string.format("bare runc run, soft:       %6.1f ms median  hardening costs
     mb / mso, (mb - mso) * 1000))
 print(string.format("supervisor (core.proc):    %6.1f ms median  ratio %.3f (target <= 1.15)", ms * 1000, ms / mb))
 print(string.format("relay app invoke:          %6.1f ms median  ratio %.3f (target <= 1.15)", mv * 1000, mv / mb))
+print(string.format("relay app invoke, per round: median ratio %.3f (target <= 1.15)", median(round_ratios)))
+print(string.format("CPU per run (all processes): bare %.1f ms, soft %.1f ms, supervisor %.1f ms, " ..
+    "relay app invoke %.1f ms (+%.1f ms over bare)", cpu.bare / RUNS * 1000, cpu.soft / RUNS * 1000,
+    cpu.supervisor / RUNS * 1000, cpu.invoke / RUNS * 1000, (cpu.invoke - cpu.bare) / RUNS * 1000))
+if baseline_bin then
+    print(string.format("baseline binary's invoke:  %6.1f ms median  ratio %.3f; per round: median ratio %.3f; " ..
+        "CPU per run %.1f ms", median(vb) * 1000, median(vb) / mb, median(baseline_ratios), cpu.baseline / RUNS * 1000))
+end
 
 -- throughput: the runtime module (bundle write, run, cleanup) at concurrency 2
 local total, done = RUNS * 2, 0

@@ -2,7 +2,9 @@
  * line, then the events, one per line. The read buffer is tiny (128 bytes, events
  * up to 64), so long lines and lines across reads are common. Every line must be
  * reported exactly once, in order, as matched, unmatched or malformed; ids come
- * ascending; the counts agree with what the sink saw. */
+ * ascending; the counts agree with what the sink saw. The same events matched in
+ * memory on two threads, in chunks of 16 bytes (relay_match_scan_memory), must
+ * give the sink exactly the same calls. */
 #include "relay/match_scan.h"
 
 #include <stdint.h>
@@ -16,7 +18,20 @@ typedef struct seen {
     long long last_line; /* highest line reported so far */
     long long matched;
     long long malformed;
+    uint64_t digest; /* FNV-1a over every call and its arguments */
 } seen;
+
+
+static void
+digest(seen *s, const void *bytes, size_t len)
+{
+    const unsigned char *p = bytes;
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        s->digest = (s->digest ^ p[i]) * UINT64_C(0x100000001b3);
+    }
+}
 
 
 static int
@@ -35,6 +50,8 @@ on_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
     }
     s->last_line = line;
     s->matched++;
+    digest(s, &line, sizeof(line));
+    digest(s, ids, nids * sizeof(*ids));
     return 0;
 }
 
@@ -49,6 +66,8 @@ on_malformed(void *ctx, long long line, const char *reason)
     }
     s->last_line = line;
     s->malformed++;
+    digest(s, &line, sizeof(line));
+    digest(s, reason, strlen(reason));
     return 0;
 }
 
@@ -71,10 +90,11 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *nl = memchr(p, '\n', size);
-    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128};
-    seen s = {0, 0, 0};
-    relay_match_scan_sink sink = {on_match, on_malformed, &s};
-    relay_match_scan_counts counts;
+    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128, 0};
+    relay_match_scan_opts in_memory = {64, INT64_C(1767225600000), 16, 2};
+    seen s = {0, 0, 0, 0}, t = {0, 0, 0, 0};
+    relay_match_scan_sink sink = {on_match, on_malformed, &s}, memory_sink = {on_match, on_malformed, &t};
+    relay_match_scan_counts counts, memory_counts;
     relay_matcher *m;
     size_t rule_len = nl != NULL ? (size_t)(nl - p) : size;
     size_t events_len = nl != NULL ? size - rule_len - 1 : 0;
@@ -95,6 +115,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         fclose(in);
+        if (relay_match_scan_memory(m, nl + 1, events_len, &in_memory, &memory_sink, &memory_counts, err, sizeof(err))
+                != 0
+            || memory_counts.total != counts.total || memory_counts.matched != counts.matched || t.digest != s.digest
+            || t.malformed != s.malformed) {
+            abort();
+        }
     }
     relay_matcher_free(m);
     return 0;

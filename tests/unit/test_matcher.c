@@ -4,6 +4,7 @@
 #include "relay/matcher.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #define MAX (1u << 20)
 /* 2026-01-01T00:00:00Z */
@@ -419,9 +420,178 @@ test_operator_table(void)
 }
 
 
+/* Equality-only number nodes match on estimates (matcher_numbers.c): every
+ * text must match exactly when its correctly rounded value equals the
+ * literal, including texts that round onto it from far past the 17th digit,
+ * exponents, underflow to 0 and -0, and a node that also compares. */
+static void
+test_number_estimates(void)
+{
+    static const char *const texts[] = {
+        "37.80780792169409",
+        "37.807807921694090000001",
+        "3.780780792169409e1",
+        "3780780792169409E-14",
+        "37.80780792169410",
+        "37.8078079216940",
+        "-37.80780792169409",
+        "37.807807921694089999999999999",
+        "0",
+        "-0",
+        "0.0e5",
+        "1e-400",
+        "-1E-400",
+        "1e400",
+        "122.51487372361257",
+        "-122.51487372361257",
+        "0.1",
+        "1e-1",
+        "100000000000000000000000",
+        "1e23",
+        "123456789012345678901234567890",
+        "1.2345678901234567890123e29",
+        "5e-324",
+        "2.2250738585072014e-308",
+        "9007199254740993",
+        "9007199254740992",
+        "0.30000000000000004",
+        "0.3",
+        "1e22",
+        "1e280",
+        "1e-280",
+        "1e281",
+    };
+    static const char *const literals[] = {
+        "37.80780792169409",    "0", "-122.51487372361257", "0.3", "1e23", "9007199254740992", "1e-280", "5e-324",
+        "1.2345678901234568e29"};
+    char rule[256], event[256];
+    size_t i, j;
+
+    for (i = 0; i < sizeof(literals) / sizeof(*literals); i++) {
+        const char *lit = literals[i];
+        double want_value = strtod(lit, NULL);
+        relay_matcher *eq, *both;
+        const char *eq_rule[1], *both_rules[2];
+        char both_rule[256];
+
+        snprintf(rule, sizeof(rule), "{\"c\":[{\"eq\":%s},{\"eq\":7}]}", lit);
+        snprintf(both_rule, sizeof(both_rule), "{\"c\":[{\"gt\":1e300}]}");
+        eq_rule[0] = rule;
+        both_rules[0] = rule;
+        both_rules[1] = both_rule;
+        eq = make(eq_rule, 1);
+        both = make(both_rules, 2);
+        for (j = 0; j < sizeof(texts) / sizeof(*texts); j++) {
+            double value = strtod(texts[j], NULL);
+            int want = value == want_value || value == 7;
+
+            snprintf(event, sizeof(event), "{\"c\":[1,%s,2]}", texts[j]);
+            CHECK_STR(ids_of(eq, event), want ? "0" : "");
+            CHECK_STR(ids_of(both, event), want ? (value > 1e300 ? "0,1" : "0") : (value > 1e300 ? "1" : ""));
+            if (strcmp(ids_of(eq, event), want ? "0" : "") != 0) {
+                fprintf(stderr, "  literal %s, text %s\n", lit, texts[j]);
+            }
+        }
+        relay_matcher_free(eq);
+        relay_matcher_free(both);
+    }
+}
+
+
+/* An object's keys are compared directly while it has few tracked children
+ * and hashed beyond that: lookups must agree either side of the switch,
+ * including keys that differ only in their last byte or length. */
+static void
+test_few_and_many_children(void)
+{
+    static const char *const keys[] = {"ab", "ac", "abc", "b", "abd", "ab\\u0000"};
+    char event[128], want[24];
+    const char *rules[6];
+    static char texts[6][128];
+    size_t n, i;
+
+    for (n = 1; n <= 6; n++) {
+        relay_matcher *m;
+
+        for (i = 0; i < n; i++) {
+            snprintf(texts[i], sizeof(texts[i]), "{\"o\":[{\"group\":{\"%s\":[{\"eq\":1}]}}]}", keys[i]);
+            rules[i] = texts[i];
+        }
+        m = make(rules, n);
+        for (i = 0; i < 6; i++) {
+            snprintf(event, sizeof(event), "{\"o\":{\"zz\":1,\"%s\":1,\"a\":1}}", keys[i]);
+            snprintf(want, sizeof(want), "%zu", i);
+            CHECK_STR(ids_of(m, event), i < n ? want : "");
+        }
+        relay_matcher_free(m);
+    }
+}
+
+
+/* Ids through relay_matcher_match_with, as ids_of formats them. */
+static const char *
+ids_with(const relay_matcher *m, relay_match_state *st, const char *event)
+{
+    uint32_t ids[64];
+    char reason[200];
+    int n = relay_matcher_match_with(m, st, event, strlen(event), MAX, NOW, ids, 64, reason, sizeof(reason));
+    size_t len = 0;
+    int i;
+
+    if (n < 0) {
+        snprintf(text, sizeof(text), "!%s", reason);
+        return text;
+    }
+    text[0] = '\0';
+    for (i = 0; i < n && i < 64; i++) {
+        len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%u", i ? "," : "", ids[i]);
+    }
+    return text;
+}
+
+
+/* States keep per-event scratch apart: interleaved events on two states give
+ * what one state gives, one state serves two matchers (its candidate stamps
+ * start over), and an uncompiled matcher is refused rather than built under a
+ * reader's feet. */
+static void
+test_states(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}", "{\"a\":[{\"eq\":1}],\"b\":[{\"eq\":2}]}",
+                                        "{\"c\":[{\"prefix\":\"x\"}]}"};
+    static const char *const other_rules[] = {"{\"c\":[{\"eq\":\"xy\"}]}"};
+    relay_matcher *m = make(rules, 3), *other = make(other_rules, 1), *fresh = relay_matcher_new();
+    relay_match_state *one_st = relay_match_state_new(), *two_st = relay_match_state_new();
+    char err[200];
+    int i;
+
+    CHECK(one_st != NULL && two_st != NULL && fresh != NULL);
+    for (i = 0; i < 3; i++) {
+        CHECK_STR(ids_with(m, one_st, "{\"a\":1,\"b\":2}"), "0,1");
+        CHECK_STR(ids_with(m, two_st, "{\"c\":\"xy\",\"a\":1}"), "0,2");
+        CHECK_STR(ids_with(other, one_st, "{\"c\":\"xy\",\"a\":1}"), "0");
+        CHECK_STR(ids_with(m, one_st, "{\"c\":\"xy\",\"a\":1}"), "0,2");
+    }
+    CHECK_STR(ids_with(m, two_st, "{\"a\":"), "!invalid JSON at byte 5: expected a value");
+    CHECK(relay_matcher_add(fresh, rules[0], strlen(rules[0]), err, sizeof(err)) == 0);
+    CHECK_STR(ids_with(fresh, one_st, "{\"a\":1}"), "!matcher not compiled");
+    CHECK(relay_matcher_compile(fresh, err, sizeof(err)) == 0);
+    CHECK_STR(ids_with(fresh, one_st, "{\"a\":1}"), "0");
+    relay_match_state_free(one_st);
+    relay_match_state_free(two_st);
+    relay_match_state_free(NULL);
+    relay_matcher_free(m);
+    relay_matcher_free(other);
+    relay_matcher_free(fresh);
+}
+
+
 int
 main(void)
 {
+    test_states();
+    test_few_and_many_children();
+    test_number_estimates();
     test_operator_table();
     test_typed_equality();
     test_prefix_suffix();

@@ -4,10 +4,11 @@
 -- note is last because it may hold spaces. --json: one object per line.
 local apps = require("relay.apps")
 local config = require("relay.config")
-local core_redis = require("relay.core.redis")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
 local keys = require("relay.keys")
+local listing = require("relay.listing")
+local redis = require("relay.redis")
 local runtime = require("relay.runtime")
 
 local _M = {}
@@ -15,6 +16,7 @@ local _M = {}
 
 function _M.configure(cmd)
     cmd:flag("--json", "One JSON object per app.")
+    listing.add_flags(cmd)
     config.add_flags(cmd, { "apps", "runtime", "max_concurrency", "redis_url", "stream" })
 end
 
@@ -23,7 +25,7 @@ end
 -- depend on Redis: when it cannot be reached the paused state is reported
 -- as unknown on stderr and no app shows as paused.
 function _M.paused_apps(cfg)
-    local client, err = core_redis.connect_blocking(cfg.redis_url, 2)
+    local client, err = redis.connect_blocking(cfg, 2)
     if not client then
         io.stderr:write("relay: paused state unknown: ", err, "\n")
         return {}
@@ -124,8 +126,10 @@ function _M.execute(args)
     local cfg = config.load_or_exit(args)
     local list = exit.or_env(apps.load_all(cfg.apps))
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
-        consumer = cfg.consumer })
+        consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, secrets_dir = cfg.secrets_dir,
+        allowed_mounts = cfg.allowed_mounts })
     local paused = _M.paused_apps(cfg) or {}
+    listing.header(args, { "NAME", "STATE", "DRIVER", "HANDLERS", "SCHEDULES", "CONCURRENCY", "NOTE" })
     for _, app in ipairs(list) do
         local row = _M.row(rt, cfg, app, paused)
         io.stdout:write(args.json and _M.json(row) or _M.format(row), "\n")

@@ -2,8 +2,9 @@
 -- Each DIR is an app directory holding template.yaml, a template file, or an apps directory
 -- (every app inside it is validated).
 -- Prints `ok <app>` per valid app on stdout and `relay: FILE:LINE:COL: message` per
--- invalid one on stderr; exit 1 if any is invalid, 0 otherwise.
+-- error of an invalid one on stderr (every error of the file); exit 1 if any is invalid, 0 otherwise.
 local apps = require("relay.apps")
+local command_path = require("relay.runtime.command_path")
 local config = require("relay.config")
 local exit = require("relay.exit")
 
@@ -73,13 +74,31 @@ end
 
 
 local function print_result(app, json)
+    local errors = app.errors or { app.error }
     if json then
-        local cjson = require("cjson")
-        io.stdout:write(cjson.encode({ app = app.name, state = app.state, error = app.error }), "\n")
+        local jsonfmt = require("relay.jsonfmt")
+        io.stdout:write(jsonfmt.encode({ app = app.name, state = app.state, error = app.error,
+            errors = app.state ~= "ok" and errors or nil }, { "errors" }), "\n")
     elseif app.state == "ok" then
         io.stdout:write("ok ", app.name, "\n")
     else
-        io.stderr:write("relay: ", app.error, "\n")
+        for _, err in ipairs(errors) do
+            io.stderr:write("relay: ", err, "\n")
+        end
+    end
+end
+
+
+--- An app whose program is missing from its image, or not executable,
+-- becomes invalid here: the daemon would only see exit status 127.
+local function check_program(app, images_dir)
+    if app.state ~= "ok" or not app.program_at then
+        return
+    end
+    local ok, why = command_path.check(app, images_dir)
+    if not ok then
+        app.state = "invalid"
+        app.error = app.program_at .. ": runtime.command[1]: " .. why
     end
 end
 
@@ -94,7 +113,9 @@ function _M.execute(args)
         list = exit.or_env(apps.load_all(config.load_or_exit(args).apps))
     end
     local invalid = 0
+    local images_dir = config.load_or_exit(args).images
     for _, app in ipairs(list) do
+        check_program(app, images_dir)
         print_result(app, args.json)
         if app.state ~= "ok" then
             invalid = invalid + 1

@@ -5,6 +5,7 @@ local config = require("relay.config")
 local dlq = require("relay.dlq")
 local exit = require("relay.exit")
 local keys = require("relay.keys")
+local log = require("relay.log")
 local redis = require("relay.redis")
 
 local _M = require("relay.subcommands").group("dlq", {
@@ -27,7 +28,73 @@ end
 function _M.selection_args(cmd)
     cmd:argument("ids", "DLQ entry ids."):args("*")
     cmd:flag("--all", "Every entry (after --app/--handler).")
+    cmd:flag("--json", "JSON output.")
     _M.filter_flags(cmd)
+end
+
+
+--- Refuses (usage error, before anything is read or changed) an id that
+-- is not a stream id: Redis's own answer would be a generic ERR.
+function _M.check_ids(ids)
+    for _, id in ipairs(ids) do
+        if not (id:match("^%d+%-%d+$") or id:match("^%d+$")) then
+            exit.usage(id .. ": not a stream id (<ms>-<seq>, as `relay dlq ls` shows them)")
+        end
+    end
+end
+
+
+-- Fields shown first, in this order (text and JSON); the rest follow sorted.
+_M.FIELD_ORDER = { "original_stream", "original_id", "app", "handler", "reason", "handler_attempts",
+    "deliveries", "timestamp", "group", "consumer" }
+local NUMERIC = { handler_attempts = true, deliveries = true }
+
+
+--- The names of fields not in `skip`, sorted.
+function _M.sorted_names(fields, skip)
+    local names = {}
+    for name in pairs(fields) do
+        if not skip[name] then
+            names[#names + 1] = name
+        end
+    end
+    table.sort(names)
+    return names
+end
+
+
+local function json_value(name, value)
+    if NUMERIC[name] and value:match("^%d+$") then
+        return value
+    end
+    if name == "event" and require("relay.core.matcher").validate_object(value, #value + 1) then
+        -- the producer's exact bytes; a raw control byte can only be
+        -- whitespace between tokens here, and stays off the line
+        return (value:gsub("[\r\n\t]", " "))
+    end
+    return log.json_quote(value)
+end
+
+
+--- An entry as one JSON object on one line: id, FIELD_ORDER, the rest
+-- sorted; counts as numbers, a valid event as an object (else a string).
+-- Strings are quoted by the log's JSON quoting, which replaces invalid
+-- UTF-8 (a tail cut mid-character, binary output) with U+FFFD.
+function _M.json_entry(entry)
+    local parts, shown = { '{"id":' .. log.json_quote(entry.id) }, {}
+    local function add(name)
+        parts[#parts + 1] = log.json_quote(name) .. ":" .. json_value(name, entry.fields[name])
+        shown[name] = true
+    end
+    for _, name in ipairs(_M.FIELD_ORDER) do
+        if entry.fields[name] then
+            add(name)
+        end
+    end
+    for _, name in ipairs(_M.sorted_names(entry.fields, shown)) do
+        add(name)
+    end
+    return table.concat(parts, ",") .. "}"
 end
 
 
@@ -85,6 +152,7 @@ function _M.each_selected(args, client, key, fn)
     if #args.ids == 0 then
         exit.usage("give DLQ entry ids, or --all")
     end
+    _M.check_ids(args.ids)
     for _, id in ipairs(args.ids) do
         local entry = named(args, client, key, id)
         problems = problems + ((entry and fn(entry)) and 0 or 1)

@@ -5,14 +5,10 @@ local dlq = require("relay.dlq")
 local dlq_cmd = require("relay.cmd.dlq")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
-local log = require("relay.log")
 local text = require("relay.text")
 
 local _M = {}
 
--- Fields shown first, in this order; the rest follow sorted.
-local FIELD_ORDER = { "original_stream", "original_id", "app", "handler", "reason", "handler_attempts",
-    "deliveries", "timestamp", "group", "consumer" }
 
 
 function _M.configure(cmd)
@@ -55,29 +51,16 @@ local function print_output(output)
 end
 
 
---- The names of fields not in `skip`, sorted.
-local function sorted_names(fields, skip)
-    local names = {}
-    for name in pairs(fields) do
-        if not skip[name] then
-            names[#names + 1] = name
-        end
-    end
-    table.sort(names)
-    return names
-end
-
-
 local function print_entry(entry)
     print_field("id", entry.id)
     local shown = { event = true, output = true }
-    for _, name in ipairs(FIELD_ORDER) do
+    for _, name in ipairs(dlq_cmd.FIELD_ORDER) do
         if entry.fields[name] then
             print_field(name, entry.fields[name])
             shown[name] = true
         end
     end
-    for _, name in ipairs(sorted_names(entry.fields, shown)) do
+    for _, name in ipairs(dlq_cmd.sorted_names(entry.fields, shown)) do
         print_field(name, entry.fields[name])
     end
     print_event(entry.fields.event or "")
@@ -87,19 +70,8 @@ local function print_entry(entry)
 end
 
 
---- inspect --json: one object, fields sorted after "id". Quoted by the log's
--- JSON quoting, which replaces invalid UTF-8 (a tail cut mid-character, a
--- handler's binary output) with U+FFFD, so the object is always valid JSON.
-local function json_entry(entry)
-    local parts = { '{"id":' .. log.json_quote(entry.id) }
-    for _, name in ipairs(sorted_names(entry.fields, {})) do
-        parts[#parts + 1] = log.json_quote(name) .. ":" .. log.json_quote(entry.fields[name])
-    end
-    return table.concat(parts, ",") .. "}"
-end
-
-
 function _M.execute(args)
+    dlq_cmd.check_ids({ args.id })
     local client, key = dlq_cmd.open(args)
     local entry, err = dlq.get(client, key, args.id)
     client:close()
@@ -110,7 +82,7 @@ function _M.execute(args)
         exit.negative("no DLQ entry " .. args.id)
     end
     if args.json then
-        print(json_entry(entry))
+        print(dlq_cmd.json_entry(entry))
         return 0
     end
     print_entry(entry)

@@ -1,7 +1,7 @@
 --- relay dlq replay ID… | --all: re-publish each entry to its original
 -- stream, targeted at its handler (a schedule entry as its occurrence),
--- then delete it; prints one new id per line, exit 1 if any was refused,
--- missing or failed (after the rest are done).
+-- then delete it; prints one new id per line (--json: {"dlq_id":…,"id":…}),
+-- exit 1 if any was refused, missing or failed (after the rest are done).
 local dlq = require("relay.dlq")
 local dlq_cmd = require("relay.cmd.dlq")
 
@@ -13,7 +13,7 @@ function _M.configure(cmd)
 end
 
 
-local function replay_one(client, key, entry)
+local function replay_one(client, key, entry, json)
     local why = dlq.refusal(entry)
     if why then
         io.stderr:write("relay: refusing to replay ", entry.id, ": ", why, "\n")
@@ -24,7 +24,7 @@ local function replay_one(client, key, entry)
         io.stderr:write("relay: replaying ", entry.id, " failed: ", err, "\n")
         return false
     end
-    print(new_id)
+    print(json and string.format('{"dlq_id":"%s","id":"%s"}', entry.id, new_id) or new_id)
     return true
 end
 
@@ -32,7 +32,7 @@ end
 function _M.execute(args)
     local client, key = dlq_cmd.open(args)
     local problems = dlq_cmd.each_selected(args, client, key, function(entry)
-        return replay_one(client, key, entry)
+        return replay_one(client, key, entry, args.json)
     end)
     client:close()
     return problems > 0 and 1 or 0

@@ -1,5 +1,5 @@
---- relay dlq rm ID… | --all: delete entries; prints how many were removed,
--- exit 1 if any was missing or failed.
+--- relay dlq rm ID… | --all: delete entries; prints how many were removed
+-- (--json: {"removed":N}), exit 1 if any was missing or failed.
 local dlq_cmd = require("relay.cmd.dlq")
 
 local _M = {}
@@ -23,7 +23,7 @@ function _M.execute(args)
         return true
     end)
     client:close()
-    print(removed)
+    print(args.json and ('{"removed":' .. removed .. "}") or removed)
     return problems > 0 and 1 or 0
 end
 

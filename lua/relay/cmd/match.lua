@@ -3,12 +3,15 @@
 --   relay match [--apps DIR] --event JSON          one `<app>/<handler>` line per match
 --   relay match --pattern FILE --event JSON        `match` / `no match`
 --   relay match [--apps DIR | --pattern FILE] --events FILE [--count]
+-- --json: {"match":…,"invocations":[…]} for one event, {"line":N,"invocation":…} per match
+-- of --events, {"matched":N,"total":M} with --count.
 -- Exit 0 if anything matched, 1 if nothing did, 2 on a malformed single event, an invalid
 -- pattern file or another usage/environment error. Invalid apps under --apps are reported on
 -- stderr (`relay: FILE:LINE:COL: message`) and skipped; the valid ones are still matched.
 local apps = require("relay.apps")
 local config = require("relay.config")
 local exit = require("relay.exit")
+local log = require("relay.log")
 local pattern = require("relay.pattern")
 local string_buffer = require("string.buffer")
 
@@ -22,6 +25,7 @@ function _M.configure(cmd)
     )
     cmd:option("--pattern", "A YAML file holding one pattern (the value of pattern:)."):argname("<file>")
     cmd:flag("--count", "With --events: print only `matched N of M`.")
+    cmd:flag("--json", "JSON: one object for --event or --count, else one per match.")
     config.add_flags(cmd, { "apps" })
 end
 
@@ -63,7 +67,14 @@ local function match_one(args, cfg, m, labels, now_ms)
     if not ids then
         exit.usage("malformed event: " .. reason)
     end
-    if args.pattern then
+    if args.json then
+        local names = {}
+        for i, id in ipairs(ids) do
+            names[i] = log.json_quote(labels[id + 1])
+        end
+        io.stdout:write('{"match":', tostring(#ids > 0),
+            args.pattern and "" or (',"invocations":[' .. table.concat(names, ",") .. "]"), "}\n")
+    elseif args.pattern then
         io.stdout:write(#ids > 0 and "match\n" or "no match\n")
     else
         for _, id in ipairs(ids) do
@@ -83,6 +94,22 @@ local function match_printer(args, labels)
         return nil
     end
     local out, buf = io.stdout, string_buffer.new()
+    if args.json then
+        local quoted = {}
+        for i, label in ipairs(labels) do
+            quoted[i] = log.json_quote(label)
+        end
+        return function(lines, ids, n)
+            for i = 1, n do
+                if args.pattern then
+                    buf:put('{"line":', lines[i], "}\n")
+                else
+                    buf:put('{"line":', lines[i], ',"invocation":', quoted[ids[i] + 1] or ids[i], "}\n")
+                end
+            end
+            out:write(buf:get())
+        end
+    end
     if args.pattern then
         local last = 0 -- one rule: a line never repeats, but say so rather than rely on it
         return function(lines, _, n)
@@ -131,7 +158,8 @@ local function match_file(args, cfg, m, labels, now_ms)
         exit.env(total)
     end
     if args.count then
-        io.stdout:write(string.format("matched %d of %d\n", matched, total))
+        io.stdout:write(string.format(args.json and '{"matched":%d,"total":%d}\n' or "matched %d of %d\n",
+            matched, total))
     end
     return matched > 0 and 0 or 1
 end

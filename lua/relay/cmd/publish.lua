@@ -8,6 +8,8 @@ local _M = {}
 
 function _M.configure(cmd)
     cmd:argument("json", "The event: a JSON object, or - to read it from stdin.")
+    -- the event argument is args.json already
+    cmd:flag("--json", 'Print {"id":…} instead of the bare id.'):target("as_json")
     config.add_flags(cmd, { "redis_url", "stream" })
 end
 
@@ -33,7 +35,7 @@ function _M.execute(args)
     if not id then
         exit.env("XADD to " .. cfg.stream .. " failed: " .. xadd_err)
     end
-    print(id)
+    print(args.as_json and ('{"id":"' .. id .. '"}') or id)
     return 0
 end
 

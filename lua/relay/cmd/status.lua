@@ -6,6 +6,7 @@ local config = require("relay.config")
 local exit = require("relay.exit")
 local jsonfmt = require("relay.jsonfmt")
 local redis = require("relay.redis")
+local refusal = require("relay.redis_refusal")
 local keys = require("relay.keys")
 local scripts = require("relay.scripts")
 
@@ -18,17 +19,24 @@ function _M.configure(cmd)
 end
 
 
+--- value, or an exit 2: Redis unreachable, or an error reply told as
+-- `redis refused: …` with its fix. A status built from half the answers
+-- would mislead (a NOAUTH is no missing group).
 local function must(value, err, kind)
-    if value == nil and kind == "io" then
-        exit.env(err)
+    if value == nil then
+        exit.env(kind == "reply" and refusal.describe(err) or tostring(err))
     end
-    return value, err
+    return value
 end
 
 
 local function group_info(client, cfg)
-    local groups = must(client:call("XINFO", "GROUPS", cfg.stream))
-    for _, flat in ipairs(groups or {}) do
+    local groups, err, kind = client:call("XINFO", "GROUPS", cfg.stream)
+    if groups == nil and kind == "reply" and tostring(err):find("^ERR no such key") then
+        return nil  -- no stream yet, so no group either
+    end
+    must(groups, err, kind)
+    for _, flat in ipairs(groups) do
         local g = redis.pairs_to_table(flat)
         if g.name == cfg.group then
             return g
@@ -38,18 +46,10 @@ local function group_info(client, cfg)
 end
 
 
---- The group's consumers; alive: a live daemon's heartbeat holds the name
--- (its consumer key exists). A dead one is removed by a live replica once
--- it has been idle past the bound docs/lifecycle.md gives.
+--- The group's consumers (relay.consumers): a dead one is removed by a
+-- live replica once it has been idle past the bound docs/lifecycle.md gives.
 local function consumers(client, cfg, k)
-    local list = {}
-    local reply = must(client:call("XINFO", "CONSUMERS", cfg.stream, cfg.group))
-    for _, flat in ipairs(reply or {}) do
-        local c = redis.pairs_to_table(flat)
-        local held = must(client:call("EXISTS", k.consumer(c.name)))
-        list[#list + 1] = { name = c.name, pending = c.pending, idle_ms = c.idle, alive = held == 1 }
-    end
-    return list
+    return must(require("relay.consumers").list(client, cfg.stream, cfg.group, k))
 end
 
 
@@ -89,7 +89,7 @@ local function collect(client, cfg)
     status.dlq_length = must(client:call("XLEN", k.dlq))
     status.missing_payload_total = counter(client, k, "missing_payload_total")
     status.trimmed_undelivered_total = counter(client, k, "trimmed_undelivered_total") + status.lag_trimmed
-    local paused = must(client:call("SMEMBERS", k.paused)) or {}
+    local paused = must(client:call("SMEMBERS", k.paused))
     table.sort(paused)
     status.paused_apps = paused
     return status

@@ -14,7 +14,7 @@ function _M.execute(args)
         local cjson = require("cjson")
         print(cjson.encode({
             relay = build.version, luajit = build.luajit, hiredis = build.hiredis,
-            libev = build.libev, libyaml = build.libyaml,
+            libev = build.libev, libyaml = build.libyaml, test_constants = build.test_constants and true or nil,
         }))
         return 0
     end
@@ -23,6 +23,9 @@ function _M.execute(args)
     print("hiredis " .. build.hiredis)
     print("libev " .. build.libev)
     print("libyaml " .. build.libyaml)
+    if build.test_constants then
+        print("test build: compressed lifecycle waits (seconds for minutes); not for production")
+    end
     return 0
 end
 

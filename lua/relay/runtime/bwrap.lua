@@ -22,11 +22,20 @@
 -- app directory (a parent may be 0700): the daemon opens the app and image
 -- directories itself and hands them over as descriptors (--ro-bind-fd),
 -- with the seccomp program (--seccomp).
+--
+-- Secrets (relay.runtime.secret_files) are written per invocation into
+-- <base>/secrets/<id>/ (0500, files 0400, the handler's host uid: no one
+-- else enters it; secrets/ itself is searchable only), handed over as a
+-- descriptor and bound read-only at /run/secrets; `as: env` ones reach
+-- bwrap through `--args FD` (a file unlinked once opened), never on its
+-- command line. Template mounts are descriptors too
+-- (--bind-fd / --ro-bind-fd: bwrap's binds are always nosuid and nodev).
 local fs = require("relay.fs")
 local ids = require("relay.runtime.ids")
 local log = require("relay.log")
 local runtime = require("relay.runtime")
 local safefs = require("relay.core.safefs")
+local secret_files = require("relay.runtime.secret_files")
 
 local _M = {}
 local D = {}
@@ -216,8 +225,9 @@ end
 
 --- The bwrap command line of one invocation (no side effects). With an
 -- image the rootfs is descriptor IMAGE_FD; /app is always APP_FD,
--- relay-init always INIT_FD.
-function D:command(app, inv, image)
+-- relay-init always INIT_FD. extra (optional, from D:open_extra_fds):
+-- { binds = { {flag, fd, target} ... }, args_fd, control_fd }.
+function D:command(app, inv, image, extra)
     local limits = runtime.limits(app)
     local argv = { self.bwrap or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns" }
     if limits.network == "host" then
@@ -238,15 +248,22 @@ function D:command(app, inv, image)
     -- bwrap covers /proc/sys only when it could write it; make it read-only
     -- always (net.* still shows the sandbox's own namespace: it is resolved
     -- per reader)
-    push(argv, "--ro-bind-fd", tostring(APP_FD), "/app", "--ro-bind-fd", tostring(INIT_FD), runtime.INIT_TARGET,
-        "--tmpfs", "/tmp", "--proc", "/proc",
+    push(argv, "--ro-bind-fd", tostring(APP_FD), "/app", "--ro-bind-fd", tostring(INIT_FD), runtime.INIT_TARGET)
+    for _, b in ipairs(extra and extra.binds or {}) do
+        push(argv, b[1], tostring(b[2]), b[3])
+    end
+    push(argv, "--tmpfs", "/tmp", "--proc", "/proc",
         "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/app")
     for _, kv in ipairs(runtime.env_list(runtime.container_env(app, inv))) do
         local k, v = kv:match("^([^=]*)=(.*)$")
         push(argv, "--setenv", k, v)
     end
+    if extra and extra.args_fd then
+        push(argv, "--args", tostring(extra.args_fd))
+    end
     push(argv, "--")
-    push(argv, unpack(runtime.init_args(inv, image and IMAGE_FD + 1 or IMAGE_FD)))
+    local control_fd = extra and extra.control_fd or (image and IMAGE_FD + 1 or IMAGE_FD)
+    push(argv, unpack(runtime.init_args(inv, control_fd)))
     for _, a in ipairs(app.runtime.command) do
         argv[#argv + 1] = a
     end
@@ -312,6 +329,108 @@ function D:open_fds(app, image)
 end
 
 
+--- `--setenv NAME VALUE` of each secret delivered as a variable, NUL
+-- separated for `--args`, written to a root-only file that is unlinked as
+-- soon as it is open: the descriptor is all that is left. fd | nil, err.
+local function env_args_fd(dir, secrets)
+    local parts = {}
+    for _, s in ipairs(secrets) do
+        if s.as == "env" then
+            parts[#parts + 1] = "--setenv\0" .. s.name .. "\0" .. s.value .. "\0"
+        end
+    end
+    if #parts == 0 then
+        return nil
+    end
+    local path = dir .. ".args"
+    fs.unlink(path)
+    local ok, err = safefs.write_new(path, table.concat(parts), 256) -- 0400
+    local fd
+    if ok then
+        fd, err = safefs.open_read(path)
+    end
+    fs.unlink(path)
+    return fd, err
+end
+
+
+--- The secrets delivered as files, written into dir for the handler's
+-- host uid (a root daemon's) and opened: fd | nil, err.
+function D:secret_dir_fd(app, dir, files)
+    local block = fs.geteuid() == 0 and self.rt:id_block(app) or {}
+    local ok, err = secret_files.write(dir, files, block.handler_uid, block.handler_gid)
+    if not ok then
+        return nil, err
+    end
+    return safefs.open_path(dir)
+end
+
+
+--- Where the invocation's secrets go, when it has any: <base>/secrets/<id>
+-- (made later), its parent made now. dir, true | nil, true (no secrets) |
+-- nil, nil, err.
+function D:secrets_dir(id, plan)
+    if #plan.secrets == 0 then
+        return nil, true
+    end
+    local parent = self.rt.base_dir .. "/secrets"
+    -- 0711: bwrap resolves a bind descriptor's path as the handler's uid;
+    -- the invocation's own directory (0500, the handler's) keeps others out
+    local ok, err = safefs.private_dir(parent, 457)
+    if not ok then
+        return nil, nil, err
+    end
+    if self.rt.private then
+        self.rt:made_dir(parent)
+    end
+    return parent .. "/" .. id, true
+end
+
+
+--- Descriptors of the invocation's secrets and mounts, appended to fds
+-- (after the ones open_fds opened): { binds, args_fd, control_fd,
+-- secrets_dir } for D:command, or nil, err (its secrets removed again).
+function D:open_extra_fds(app, id, plan, fds)
+    local extra = { binds = {} }
+    local function add(fd, flag, target)
+        fds[#fds + 1] = fd
+        local n = SECCOMP_FD + #fds - 1
+        if flag then
+            extra.binds[#extra.binds + 1] = { flag, n, target }
+        end
+        return n
+    end
+    local dir, ok, err = self:secrets_dir(id, plan)
+    if dir and #plan.secret_files > 0 then
+        extra.secrets_dir = dir
+        ok, err = self:secret_dir_fd(app, dir, plan.secret_files)
+        if ok then
+            add(ok, "--ro-bind-fd", runtime.SECRETS_TARGET)
+        end
+    end
+    for _, m in ipairs(ok and plan.mounts or {}) do
+        ok, err = safefs.open_path(m.source)
+        if not ok then
+            break
+        end
+        add(ok, m.writable and "--bind-fd" or "--ro-bind-fd", m.target)
+    end
+    if ok and dir then
+        local fd, aerr = env_args_fd(dir, plan.secrets)
+        ok, err = not aerr, aerr
+        extra.args_fd = fd and add(fd)
+    end
+    if not ok then
+        if dir then
+            secret_files.remove(dir)
+        end
+        return nil, err
+    end
+    extra.control_fd = SECCOMP_FD + #fds
+    return extra
+end
+
+
 --- An image rootfs needs its mountpoints to exist (the root is read-only);
 -- created without following a symlink the image may carry.
 local function prepare_image(image)
@@ -327,12 +446,20 @@ end
 
 
 function D:prepare(app, inv)
-    local image, err = self.rt:image(app)
+    local plan, err = secret_files.plan(self.rt, app)
+    if not plan then
+        return nil, err
+    end
+    local image
+    image, err = self.rt:image(app)
     if err then
         return nil, err
     end
     if image then
         local ok, perr = prepare_image(image)
+        if ok then
+            ok, perr = runtime.make_mountpoints(image.root, image.rel, app, plan)
+        end
         if not ok then
             return nil, perr
         end
@@ -343,9 +470,15 @@ function D:prepare(app, inv)
     end
     local limits = runtime.limits(app)
     local id = runtime.container_id(self.rt, app.name, inv.handler)
+    local extra, xerr = self:open_extra_fds(app, id, plan, fds)
+    if not extra then
+        runtime.close_fds(fds)
+        return nil, xerr
+    end
     local spec = {
         id = id,
-        argv = self:command(app, inv, image),
+        secrets_dir = extra.secrets_dir,
+        argv = self:command(app, inv, image, extra),
         env = { PATH = os.getenv("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin" },
         cgroup_dirs = {},
         pass_fds = fds,
@@ -355,7 +488,7 @@ function D:prepare(app, inv)
         no_core = true,
     }
     if fs.geteuid() == 0 then
-        local block = ids.for_app(app)
+        local block = self.rt:id_block(app)
         spec.uid, spec.gid = block.handler_uid, block.handler_gid
     end
     if self:can_limit() then
@@ -408,6 +541,9 @@ end
 function D.finish(_, spec, report)
     local out = { status = report.status, signal = report.signal }
     remove_leaves(spec.cgroup_dirs or {})
+    if spec.secrets_dir then
+        secret_files.remove(spec.secrets_dir)
+    end
     if report.start_error then
         out.host_failure, out.detail = true, "bwrap: " .. report.start_error
     elseif spec.bwrap_error and report.status == 1 and not spec.init_record then
@@ -420,9 +556,16 @@ function D.finish(_, spec, report)
 end
 
 
---- Orphans: bwrap dies with its parent, so only empty cgroup leaves remain.
+--- Orphans: bwrap dies with its parent, so only empty cgroup leaves and
+-- the secrets of invocations this consumer was running remain.
 function D:sweep()
     self.rt:sweep_cgroup_leaves()
+    local dir = self.rt.base_dir .. "/secrets"
+    for _, e in ipairs(fs.list(dir) or {}) do
+        if e.name:sub(1, #self.rt.prefix + 1) == self.rt.prefix .. "-" then
+            secret_files.remove(dir .. "/" .. e.name)
+        end
+    end
     return 0
 end
 

@@ -49,7 +49,7 @@ function _M.make(engine, tweaks)
             images = {},
         }, { __index = D })
         -- who owns a container: the daemon sweeps exactly its own label
-        d.owner = rt.private and (rt.consumer .. ".invoke-" .. rt.pid) or rt.consumer
+        d.owner = rt.private and (rt.name .. ".invoke-" .. rt.pid) or rt.name
         return d
     end
 
@@ -84,6 +84,11 @@ function D:check(app)
     local r = app.runtime or {}
     if type(r.command) ~= "table" or #r.command == 0 then
         return nil, "runtime.command is not set"
+    end
+    if require("relay.runtime.access").used(app) then
+        -- not delivered yet: refused rather than run without them
+        return nil, "runtime.secrets and runtime.mounts are not supported by the " .. self.engine ..
+            " driver yet (use runc or bwrap)"
     end
     local image = image_of(app)
     if not image or image == "host" then

@@ -96,11 +96,16 @@ function _M.slot(name, names, blocks)
 end
 
 
---- The app names beside an app (the directories of its apps directory).
-local function sibling_names(app)
-    local parent = (app.dir or ""):match("^(.*)/[^/]+/?$")
+--- The apps directory holding an app, or nil.
+function _M.apps_dir_of(app)
+    return (app.dir or ""):match("^(.*)/[^/]+/?$")
+end
+
+
+--- The app names of an apps directory (its directories with valid names).
+function _M.app_names(dir)
     local names = {}
-    for _, e in ipairs(parent and fs.list(parent) or {}) do
+    for _, e in ipairs(fs.list(dir) or {}) do
         if e.dir and apps.valid_name(e.name) then
             names[#names + 1] = e.name
         end
@@ -109,10 +114,15 @@ local function sibling_names(app)
 end
 
 
---- { uid, gid } base of an app's block, and the handler's host ids.
-function _M.for_app(app, range)
+--- { uid, gid } base of an app's block, and the handler's host ids. range
+-- and names (the app names beside it) are read from the host when not given.
+function _M.for_app(app, range, names)
     range = range or _M.range()
-    local s = _M.slot(app.name, sibling_names(app), range.blocks)
+    if not names then
+        local parent = _M.apps_dir_of(app)
+        names = parent and _M.app_names(parent) or {}
+    end
+    local s = _M.slot(app.name, names, range.blocks)
     local uid, gid = range.uid + s * _M.BLOCK, range.gid + s * _M.BLOCK
     return { uid = uid, gid = gid, size = _M.BLOCK,
         handler_uid = uid + _M.CONTAINER_USER, handler_gid = gid + _M.CONTAINER_USER }

@@ -49,6 +49,8 @@ _M.CGROUP_ROOT = "/sys/fs/cgroup"
 _M.SECCOMP_PROFILE = "allowlist"
 -- Where relay-init is bound inside every runc container and bwrap sandbox.
 _M.INIT_TARGET = "/.relay-init"
+-- Where an invocation's secrets appear (runtime.secrets, as: file).
+_M.SECRETS_TARGET = "/run/secrets"
 -- relay-init's exit status when it could not start the handler at all
 -- (no status record then): the host's failure, not an attempt.
 _M.INIT_FAILED = 125
@@ -96,16 +98,7 @@ function _M.app_dir(app)
 end
 
 
---- Where an app's `image:` lives: { root, rel, path } with rel a relative
--- name (validated: no absolute path, no ..) inside the app's directory, or
--- else inside RELAY_IMAGES; nil for `image: host`. Nothing below root is a
--- symlink (checked without following one). Returns nil, err when the image
--- is missing or reached through a symlink.
-function _M.image(rt, app)
-    local image = (app.runtime or {}).image or "host"
-    if image == "host" then
-        return nil
-    end
+local function find_image(rt, app, image)
     local roots = { _M.app_dir(app) }
     if rt.images_dir then
         roots[2] = fs.realpath(rt.images_dir) or rt.images_dir
@@ -126,8 +119,33 @@ function _M.image(rt, app)
 end
 
 
---- Checks shared by the rootfs drivers: a command to run and, unless
--- `image: host`, an existing rootfs directory. true | nil, why.
+--- Where an app's `image:` lives: { root, rel, path } with rel a relative
+-- name (validated: no absolute path, no ..) inside the app's directory, or
+-- else inside RELAY_IMAGES; nil for `image: host`. Nothing below root is a
+-- symlink (checked without following one). Returns nil, err when the image
+-- is missing or reached through a symlink. A found image is remembered by
+-- the context until its next forget (a reload); a missing one is looked
+-- for again each time.
+function _M.image(rt, app)
+    local image = (app.runtime or {}).image or "host"
+    if image == "host" then
+        return nil
+    end
+    local known = rt.cache and rt.cache.images[app]
+    if known then
+        return known
+    end
+    local found, err = find_image(rt, app, image)
+    if found and rt.cache then
+        rt.cache.images[app] = found
+    end
+    return found, err
+end
+
+
+--- Checks shared by the rootfs drivers: a command to run, unless `image:
+-- host` an existing rootfs directory, and the secrets and mount sources the
+-- template names (relay.runtime.access). true | nil, why.
 function _M.check_command_and_image(rt, app)
     local r = app.runtime or {}
     if type(r.command) ~= "table" or #r.command == 0 then
@@ -136,6 +154,28 @@ function _M.check_command_and_image(rt, app)
     local _, err = _M.image(rt, app)
     if err then
         return nil, err
+    end
+    return require("relay.runtime.access").check(rt, app)
+end
+
+
+--- Mountpoints of /run/secrets and the template's mount targets in a
+-- rootfs (root/rel), made beneath it without following a symlink: the root
+-- is read-only in the container and an image is the app author's.
+-- extra: relay.runtime.secret_files.plan's result. true | nil, err.
+function _M.make_mountpoints(root, rel, app, extra)
+    local targets = {}
+    if #extra.secret_files > 0 then
+        targets[1] = _M.SECRETS_TARGET
+    end
+    for _, m in ipairs(extra.mounts) do
+        targets[#targets + 1] = m.target
+    end
+    for _, target in ipairs(targets) do
+        local ok, err = safefs.mkdir_beneath(root, rel .. target, 493) -- 0755
+        if not ok then
+            return nil, ((app.runtime or {}).image ~= "host" and ("image " .. rel .. ": ") or "") .. err
+        end
     end
     return true
 end
@@ -169,6 +209,60 @@ function _M.unsearchable_dir(path)
 end
 
 
+--- unsearchable_dir(path), where a searchable answer is remembered by the
+-- context until its next forget (a reload): every start checks the same
+-- few directories.
+function _M.cached_unsearchable_dir(rt, path)
+    if rt.cache.searchable[path] then
+        return nil
+    end
+    local blocked = _M.unsearchable_dir(path)
+    if not blocked then
+        rt.cache.searchable[path] = true
+    end
+    return blocked
+end
+
+
+--- The app's host id block (relay.runtime.ids.for_app), remembered by the
+-- context until its next forget (a reload): the subordinate-id range and
+-- the apps directory's names are read once per reload, not per start.
+function _M.id_block(rt, app)
+    local cache = rt.cache
+    local block = cache.id_blocks[app]
+    if not block then
+        local ids = require("relay.runtime.ids")
+        cache.id_range = cache.id_range or ids.range()
+        local parent = ids.apps_dir_of(app)
+        local names = parent and cache.app_names[parent]
+        if parent and not names then
+            names = ids.app_names(parent)
+            cache.app_names[parent] = names
+        end
+        block = ids.for_app(app, cache.id_range, names)
+        cache.id_blocks[app] = block
+    end
+    return block
+end
+
+
+--- Drops what the context remembers about apps and host paths (image
+-- resolutions, id blocks, searchable directories, checked apps): the
+-- daemon calls it on every reload, so a change on disk is seen at the next
+-- reload (SIGHUP, or any template change) at the latest.
+function _M.forget(rt)
+    local weak = { __mode = "k" }
+    rt.cache = {
+        images = setmetatable({}, weak),
+        id_blocks = setmetatable({}, weak),
+        checked = setmetatable({}, weak),
+        app_names = {},
+        searchable = {},
+        id_range = nil,
+    }
+end
+
+
 --- Whether this host lets a process create user namespaces.
 function _M.userns_available()
     local max = tonumber(fs.read_file("/proc/sys/user/max_user_namespaces") or "")
@@ -176,13 +270,24 @@ function _M.userns_available()
 end
 
 
+-- The profiles are compiled into the binary: one table per process, whose
+-- JSON (relay.runtime.json.constant) the C module writes in ~20 µs where
+-- the Lua encoder takes ~0.5 ms in a fresh process. Never change the table.
+local seccomp_profiles = {}
+
 --- The OCI seccomp section of an app: Relay's allowlist unless the template
 -- says `seccomp: {unconfined: <reason>}`.
 function _M.seccomp_profile(app)
     if _M.seccomp_unconfined(app) then
         return nil
     end
-    return require("relay.core.seccomp").profile(_M.SECCOMP_PROFILE)
+    local name = _M.SECCOMP_PROFILE
+    if not seccomp_profiles[name] then
+        local seccomp = require("relay.core.seccomp")
+        seccomp_profiles[name] = require("relay.runtime.json").constant(seccomp.profile(name),
+            seccomp.profile_json(name))
+    end
+    return seccomp_profiles[name]
 end
 
 
@@ -270,8 +375,10 @@ end
 
 
 --- The container's environment as a {K=V} table (docs/templates.md).
--- inv: { handler, trigger, message_id, attempt, deadline_ms }
-function _M.container_env(app, inv)
+-- inv: { handler, trigger, message_id, attempt, deadline_ms }; secrets:
+-- the app's read secrets (relay.runtime.access), of which those `as: env`
+-- become variables.
+function _M.container_env(app, inv, secrets)
     local env = { PATH = _M.CONTAINER_PATH, PYTHONUNBUFFERED = "1" }
     for k, v in pairs((app.runtime or {}).env or {}) do
         if not RESERVED[k] then
@@ -284,6 +391,11 @@ function _M.container_env(app, inv)
     env.RELAY_MESSAGE_ID = inv.message_id
     env.RELAY_ATTEMPT = tostring(inv.attempt)
     env.RELAY_DEADLINE = rfc3339.millis(inv.deadline_ms)
+    for _, secret in ipairs(secrets or {}) do
+        if secret.as == "env" and not RESERVED[secret.name] then
+            env[secret.name] = secret.value
+        end
+    end
     return env
 end
 
@@ -351,23 +463,48 @@ function _M.resolve(name)
 end
 
 
+--- The name of a daemon's runtime root, container-name prefix and cgroup
+-- parent: consumer, stream and group, so that daemons of several streams
+-- (or groups) on one host with one consumer name and one state directory
+-- never share (or sweep) each other's. The hash keeps names unique where
+-- sanitizing ("{orders}" → "_orders_") or a "." inside a part would not.
+-- Without a stream (a context of no daemon's: specs, tools) it is the
+-- consumer name alone.
+function _M.root_name(consumer, stream, group)
+    consumer = consumer or "relay"
+    if not stream then
+        return _M.sanitize(consumer)
+    end
+    group = group or "relay"
+    local hash = require("relay.runtime.ids").hash(consumer .. "\0" .. stream .. "\0" .. group)
+    return _M.sanitize(string.format("%s.%s.%s.%08x", consumer, stream, group, hash))
+end
+
+
 --- A runtime context. opts: { runtime = cfg.runtime, state_dir, consumer,
--- private = true for `relay app invoke` }.
+-- stream, group, private = true for `relay app invoke`, images, secrets_dir, allowed_mounts }.
 function _M.new(opts)
     local consumer = _M.sanitize(opts.consumer or "relay")
+    local name = _M.root_name(opts.consumer, opts.stream, opts.group)
     local pid = fs.getpid()
     local rt = {
         requested = opts.runtime or "auto",
         consumer = consumer,
-        prefix = "relay-" .. consumer,
+        identity = { consumer = opts.consumer or "relay", stream = opts.stream, group = opts.group },
+        name = name,
+        prefix = "relay-" .. name,
         pid = pid,
         seq = 0,
         private = opts.private and true or false,
         images_dir = opts.images,
+        secrets_dir = opts.secrets_dir,
+        allowed_mounts = opts.allowed_mounts,
         drivers = {},
+        made_dirs = {},
+        made_set = {},
     }
-    local base = (opts.state_dir or "/run/relay") .. "/" .. consumer
-    local cg = "relay/" .. consumer
+    local base = (opts.state_dir or "/run/relay") .. "/" .. name
+    local cg = "relay/" .. name
     -- The `image: host` rootfs (mountpoints and symlinks, never written at
     -- run time) is shared by the daemon and every invoke of the consumer:
     -- a fresh one makes the first container on it ~15 ms slower.
@@ -378,6 +515,7 @@ function _M.new(opts)
     end
     rt.base_dir = base
     rt.cgroup_parent = cg
+    _M.forget(rt)
     return setmetatable(rt, { __index = _M })
 end
 
@@ -436,11 +574,14 @@ end
 
 -- Ownership of a consumer's runtime root: every daemon holds a shared lock
 -- on <root>/owner.lock for its whole life, and sweeping a root takes it
--- exclusive. The consumer name is the only part of the root's path, so a
--- daemon of another stream with the same name shares the root: while it
--- lives, nothing of the root is swept. The kernel drops the lock when its
--- process dies, however it dies.
+-- exclusive, so no root is swept while a process lives that uses it (a
+-- root named by the consumer alone, from before roots carried the stream,
+-- or a stale daemon the consumer guard has not stopped yet). The kernel
+-- drops the lock when its process dies, however it dies.
+-- <root>/identity names the root's consumer, stream and group (one a
+-- line), for the sweep of dead consumers' roots.
 local OWNER_LOCK = "owner.lock"
+local IDENTITY = "identity"
 local LOCK_RETRY_S = 0.05
 
 
@@ -491,6 +632,30 @@ local function hold_root(rt, fd)
 end
 
 
+--- Records whose root this is (best effort: without it a dead consumer's
+-- leftovers are left for its own next start).
+local function write_identity(rt)
+    local id = rt.identity
+    if id.stream then
+        fs.write_file(rt.shared_dir .. "/" .. IDENTITY,
+            table.concat({ id.consumer, id.stream, id.group or "relay", "" }, "\n"))
+    end
+end
+
+
+--- { consumer, stream, group } of a root: from its identity file, or for
+-- a root named by the consumer alone (before roots carried the stream),
+-- that name as the consumer of `default_stream`.
+local function read_identity(dir, name, default_stream, default_group)
+    local text = fs.read_file(dir .. "/" .. IDENTITY)
+    local consumer, stream, group = (text or ""):match("^([^\n]+)\n([^\n]+)\n([^\n]+)\n$")
+    if consumer then
+        return { consumer = consumer, stream = stream, group = group }
+    end
+    return { consumer = name, stream = default_stream, group = default_group, legacy = true }
+end
+
+
 --- A dead consumer's emptied directories (under its exclusive lock).
 local function tidy(rt)
     fs.rmdir(rt.shared_dir .. "/runc")
@@ -522,6 +687,7 @@ function _M.sweep(rt, opts)
     end
     if opts.hold then
         hold_root(rt, fd)
+        write_identity(rt)
     else
         close_fd(fd)
     end
@@ -549,21 +715,28 @@ end
 
 
 --- The roots of other consumers in this state directory that the daemon of
--- `rt` may clean: something left in them, holder_dead(name) (the caller's
--- look-up of the consumer key: gone, or a dead pid on this host) and no
--- live owner (the lock, checked by the sweep itself). Their containers,
--- bundles, dead invokes and empty cgroup leaves go, then the emptied
--- directories, so the next start skips them. runc and bwrap only: docker
--- and podman containers carry their consumer's label and are removed when
--- that consumer starts again. Returns how many containers were removed.
+-- `rt` may clean: something left in them, holder_dead(consumer, stream)
+-- (the caller's look-up of that stream's consumer key: gone, or a dead pid
+-- on this host) and no live owner (the lock, checked by the sweep itself).
+-- Their containers, bundles, dead invokes and empty cgroup leaves go, then
+-- the emptied directories, so the next start skips them. runc and bwrap
+-- only: docker and podman containers carry their root's label and are
+-- removed when that consumer starts again. Returns how many containers
+-- were removed.
 function _M.sweep_dead_consumers(rt, holder_dead)
     local state = rt.shared_dir:match("^(.*)/[^/]+$")
     local n = 0
     for _, e in ipairs(fs.list(state) or {}) do
-        if e.dir and not e.link and e.name ~= rt.consumer and e.name:match("^[%w_.-]+$") then
-            local other = _M.new({ runtime = rt.requested, state_dir = state, consumer = e.name,
-                images = rt.images_dir })
-            if has_leftovers(other) and holder_dead(e.name) then
+        if e.dir and not e.link and e.name ~= rt.name and e.name:match("^[%w_.+-]+$") then
+            local id = read_identity(state .. "/" .. e.name, e.name, rt.identity.stream, rt.identity.group)
+            local other = _M.new({ runtime = rt.requested, state_dir = state, consumer = id.consumer,
+                stream = not id.legacy and id.stream or nil, group = id.group, images = rt.images_dir,
+                secrets_dir = rt.secrets_dir, allowed_mounts = rt.allowed_mounts })
+            -- A root of this daemon's own consumer name from before roots carried the stream:
+            -- its holder is this process under a new root name; only the lock can tell.
+            local own_legacy = id.legacy and id.consumer == rt.identity.consumer
+            if other.name == e.name and has_leftovers(other)
+                and (own_legacy or holder_dead(id.consumer, id.stream)) then
                 n = n + _M.sweep(other, { drivers = { "runc", "bwrap" }, tidy = true })
             end
         end
@@ -572,29 +745,40 @@ function _M.sweep_dead_consumers(rt, holder_dead)
 end
 
 
---- Removes a private context's directories and cgroup parents.
+--- Notes a directory a driver made inside a private context's base dir
+-- (once each): close removes them, the last made first, without listing.
+function _M.made_dir(rt, path)
+    if not rt.made_set[path] then
+        rt.made_set[path] = true
+        rt.made_dirs[#rt.made_dirs + 1] = path
+    end
+end
+
+
+--- Removes a private context's directories and cgroup parents: what the
+-- drivers noted (made_dir), then the base dir; a tree walk only when
+-- something else is left in it.
 function _M.close(rt)
     if not rt.private then
         return
     end
-    fs.rm_rf(rt.base_dir)
+    for i = #rt.made_dirs, 1, -1 do
+        fs.rmdir(rt.made_dirs[i])
+    end
+    fs.remove_known(rt.base_dir)
     _M.remove_cgroup_dirs(rt.cgroup_parent)
 end
 
 
---- rmdir of `rel` (relative to each hierarchy) where it exists and is empty.
+--- rmdir of `rel` (relative to each hierarchy) where it exists and is
+-- empty. Straight rmdirs: one that is not there fails harmlessly.
 function _M.remove_cgroup_dirs(rel)
-    local roots = fs.list(_M.CGROUP_ROOT) or {}
     if _M.cgroup_mode() == "v2" then
-        roots = { { name = "", dir = true } }
+        fs.rmdir(_M.CGROUP_ROOT .. "/" .. rel)
+        return
     end
-    for _, e in ipairs(roots) do
-        if e.dir then
-            local path = _M.CGROUP_ROOT .. (e.name ~= "" and ("/" .. e.name) or "") .. "/" .. rel
-            if fs.is_dir(path) then
-                fs.rmdir(path)
-            end
-        end
+    for _, name in ipairs(fs.names(_M.CGROUP_ROOT) or {}) do
+        fs.rmdir(_M.CGROUP_ROOT .. "/" .. name .. "/" .. rel)
     end
 end
 

@@ -4,6 +4,9 @@
 local _M = {}
 
 local ARRAY = {}
+local CONSTANT = {}
+-- The text of each table marked constant, made on its first encoding.
+local constant_text = setmetatable({}, { __mode = "k" })
 
 --- Marks t as a JSON array (needed only when it may be empty).
 function _M.array(t)
@@ -11,14 +14,31 @@ function _M.array(t)
 end
 
 
+--- Marks t, an object never changed again, as encoded once: each later
+-- encoding reuses the first one's text (the seccomp profile, ~5 KB, is
+-- the same in every config a process writes). text, when given, is that
+-- encoding made elsewhere (relay.core.seccomp.profile_json).
+function _M.constant(t, text)
+    constant_text[t] = text
+    return setmetatable(t, CONSTANT)
+end
+
+
 local ESCAPES = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
     ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
 
 
+local function escape(c)
+    return ESCAPES[c] or string.format("\\u%04x", c:byte())
+end
+
+
 local function quote(s)
-    return '"' .. s:gsub('[%c"\\]', function(c)
-        return ESCAPES[c] or string.format("\\u%04x", c:byte())
-    end) .. '"'
+    -- most strings (syscall names, paths, keys) need no escape: skip gsub
+    if not s:find('[%c"\\]') then
+        return '"' .. s .. '"'
+    end
+    return '"' .. s:gsub('[%c"\\]', escape) .. '"'
 end
 
 
@@ -41,7 +61,7 @@ end
 
 local encode
 
-local function encode_table(t, out)
+local function encode_fresh(t, out)
     if is_array(t) then
         out[#out + 1] = "["
         for i = 1, #t do
@@ -68,6 +88,21 @@ local function encode_table(t, out)
         encode(t[k], out)
     end
     out[#out + 1] = "}"
+end
+
+
+local function encode_table(t, out)
+    if getmetatable(t) ~= CONSTANT then
+        return encode_fresh(t, out)
+    end
+    local text = constant_text[t]
+    if not text then
+        local own = {}
+        encode_fresh(t, own)
+        text = table.concat(own)
+        constant_text[t] = text
+    end
+    out[#out + 1] = text
 end
 
 

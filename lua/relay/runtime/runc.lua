@@ -5,7 +5,9 @@
 -- daemon, .../invoke-<pid>/ for `relay app invoke`):
 --   runc/                      runc --root (container state)
 --   rootfs-host/               the shared `image: host` rootfs (mountpoints, symlinks)
---   bundles/<app>/<id>/        config.json and runc.log of one invocation
+--   bundles/<app>/<id>/        config.json and runc.log of one invocation (daemon)
+--   <id>/                      the same in a private context: every directory
+--                              made and removed is on `relay app invoke`'s path
 -- The rootfs is shared read-only; the per-invocation dir holds just the
 -- config with its own container id and cgroup leaf.
 --
@@ -21,11 +23,20 @@
 -- the app's host ids: the state directories are 0711 (search only), the
 -- bundle directories, which hold the environment, 0700 with files 0600
 -- (runc reads config.json before it enters the namespace).
+--
+-- Secrets (relay.runtime.access) are written per invocation into the
+-- bundle's secrets/ directory (0500, files 0400, owned by the handler's
+-- host uid; the bundle directory above it is root's 0700, so no one else on
+-- the host reaches them), bound read-only at /run/secrets and removed with
+-- the bundle; `as: env` ones go into config.json's env (0600). Template
+-- mounts are plain (not recursive) binds, nosuid and nodev, read-only
+-- unless `writable: true`.
 local fs = require("relay.fs")
 local ids = require("relay.runtime.ids")
 local json = require("relay.runtime.json")
 local runtime = require("relay.runtime")
 local safefs = require("relay.core.safefs")
+local secret_files = require("relay.runtime.secret_files")
 
 local _M = {}
 local D = {}
@@ -41,6 +52,11 @@ local MOUNTPOINTS = { "usr", "etc", "proc", "dev", "sys", "app" }
 local INIT_TARGET = runtime.INIT_TARGET
 local CONTROL_FD = 3
 local RO_BIND = { "rbind", "ro", "nosuid", "nodev" }
+-- a template mount: not recursive, so no mount below the source comes along
+local TEMPLATE_BIND = { ro = { "bind", "ro", "nosuid", "nodev" }, rw = { "bind", "rw", "nosuid", "nodev" } }
+local SECRETS_TARGET = runtime.SECRETS_TARGET
+-- what an invocation's bundle dir holds once runc is done
+local BUNDLE_FILES = { "config.json", "runc.log" }
 
 local MASKED = { "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
     "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware" }
@@ -57,14 +73,30 @@ function _M.new(rt)
         rt = rt,
         runc = fs.which("runc"),
         root = rt.base_dir .. "/runc",
-        bundles = rt.base_dir .. "/bundles",
+        bundles = rt.private and rt.base_dir or rt.base_dir .. "/bundles",
         host_rootfs = (rt.shared_dir or rt.base_dir) .. "/rootfs-host",
         host_binds = nil,
     }, { __index = D })
 end
 
 
+--- true, or nil and why the app cannot run. A passed check is remembered
+-- by the context until its next forget (a reload): the daemon checks every
+-- app at each reload and then once more before each start.
 function D:check(app)
+    local checked = self.rt.cache.checked
+    if checked[app] == self then
+        return true
+    end
+    local ok, why = self:check_host_and_app(app)
+    if ok then
+        checked[app] = self
+    end
+    return ok, why
+end
+
+
+function D:check_host_and_app(app)
     if not self.runc then
         return nil, "runc not found in PATH"
     end
@@ -86,18 +118,18 @@ function D:check(app)
     if not init then
         return nil, "relay-init not found beside the relay binary or in libexec/relay/ (reinstall Relay)"
     end
-    local blocked = runtime.unsearchable_dir(init:match("^(.*)/[^/]+$"))
+    local blocked = self.rt:cached_unsearchable_dir(init:match("^(.*)/[^/]+$"))
     if blocked then
         return nil, blocked .. " is not searchable by others: runc binds relay-init from inside the " ..
             "container's user namespace (chmod o+x it)"
     end
-    blocked = runtime.unsearchable_dir(self.rt.shared_dir)
+    blocked = self.rt:cached_unsearchable_dir(self.rt.shared_dir)
     if blocked then
         return nil, blocked .. " is not searchable by others: runc resolves the rootfs inside the " ..
             "container's user namespace (chmod o+x it, or point RELAY_STATE_DIR elsewhere)"
     end
     local img = self.rt:image(app)
-    blocked = img and runtime.unsearchable_dir(img.path)
+    blocked = img and self.rt:cached_unsearchable_dir(img.path)
     if blocked then
         return nil, "image " .. img.rel .. ": " .. blocked .. " is not searchable by others (chmod o+x it)"
     end
@@ -132,7 +164,13 @@ function D:prepare_dirs()
             return nil, err
         end
     end
-    for _, d in ipairs({ self.root, self.bundles }) do
+    local own_dirs = { self.root, self.bundles }
+    if self.rt.private then
+        -- runc makes its root (0700) itself, inside the base dir made above
+        own_dirs = {}
+        self.rt:made_dir(self.root)
+    end
+    for _, d in ipairs(own_dirs) do
         local ok, err = safefs.private_dir(d, PRIVATE)
         if not ok then
             return nil, err
@@ -215,7 +253,7 @@ local function mount(dest, typ, source, options)
 end
 
 
-local function mounts(self, app, init_bin, host)
+local function mounts(self, app, init_bin, host, extra)
     local m = {
         mount("/proc", "proc", "proc", { "nosuid", "noexec", "nodev" }),
         mount("/dev", "tmpfs", "tmpfs", { "nosuid", "strictatime", "mode=755", "size=65536k" }),
@@ -230,6 +268,12 @@ local function mounts(self, app, init_bin, host)
     m[#m + 1] = mount("/app", "bind", runtime.app_dir(app), RO_BIND)
     if init_bin then
         m[#m + 1] = mount(INIT_TARGET, "bind", init_bin, { "bind", "ro", "nosuid", "nodev" })
+    end
+    if extra and extra.secrets_dir then
+        m[#m + 1] = mount(SECRETS_TARGET, "bind", extra.secrets_dir, TEMPLATE_BIND.ro)
+    end
+    for _, b in ipairs(extra and extra.mounts or {}) do
+        m[#m + 1] = mount(b.target, "bind", b.source, b.writable and TEMPLATE_BIND.rw or TEMPLATE_BIND.ro)
     end
     return m
 end
@@ -248,10 +292,12 @@ local function resources(limits)
 end
 
 
---- The locked-down OCI config of one invocation.
-function D:config(app, inv, id, rootfs, init_bin)
+--- The locked-down OCI config of one invocation. extra (optional): {
+-- secrets (read values), secrets_dir (their files' directory), mounts
+-- (resolved template mounts) }.
+function D:config(app, inv, id, rootfs, init_bin, extra)
     local limits = runtime.limits(app)
-    local block = ids.for_app(app)
+    local block = self.rt:id_block(app)
     local args = {}
     if init_bin then
         args = runtime.init_args(inv, CONTROL_FD)
@@ -273,7 +319,7 @@ function D:config(app, inv, id, rootfs, init_bin)
             terminal = false,
             user = { uid = UID, gid = GID, additionalGids = json.array({ GID }) },
             args = args,
-            env = runtime.env_list(runtime.container_env(app, inv)),
+            env = runtime.env_list(runtime.container_env(app, inv, extra and extra.secrets)),
             cwd = "/app",
             capabilities = { bounding = caps(), effective = caps(), inheritable = caps(),
                 permitted = caps(), ambient = caps() },
@@ -282,7 +328,7 @@ function D:config(app, inv, id, rootfs, init_bin)
             noNewPrivileges = true,
             oomScoreAdj = OOM_SCORE_ADJ,
         },
-        mounts = mounts(self, app, init_bin, rootfs == self.host_rootfs),
+        mounts = mounts(self, app, init_bin, rootfs == self.host_rootfs, extra),
         linux = {
             namespaces = namespaces,
             uidMappings = { { containerID = 0, hostID = block.uid, size = block.size } },
@@ -298,6 +344,64 @@ function D:config(app, inv, id, rootfs, init_bin)
 end
 
 
+--- The invocation's rootfs (the image's or the shared `image: host` one)
+-- with the mountpoints the template needs: path | nil, err.
+function D:prepare_rootfs(app, extra)
+    local img, err = self.rt:image(app)
+    if err then
+        return nil, err
+    end
+    local rootfs, base, rel
+    if img then
+        rootfs, err = prepare_image_rootfs(img)
+        base, rel = img.root, img.rel
+    else
+        rootfs, err = self:prepare_host_rootfs()
+        base, rel = self.host_rootfs:match("^(.*)/([^/]+)$")
+    end
+    local ok = rootfs
+    if rootfs then
+        ok, err = runtime.make_mountpoints(base, rel, app, extra)
+    end
+    if not ok then
+        return nil, err
+    end
+    return rootfs
+end
+
+
+--- Writes the secrets delivered as files into <bundle>/secrets (then the
+-- source of /run/secrets), owned by the handler's host uid.
+function D:write_secret_files(app, dir, extra)
+    if #extra.secret_files == 0 then
+        return true
+    end
+    local block = self.rt:id_block(app)
+    extra.secrets_dir = dir .. "/secrets"
+    return secret_files.write(extra.secrets_dir, extra.secret_files, block.handler_uid, block.handler_gid)
+end
+
+
+--- Makes an invocation's bundle directory: by app for the daemon (its
+-- sweep looks there), in the base dir of a private context.
+function D:bundle_dir(app, id)
+    local parent = self.bundles
+    if not self.rt.private then
+        parent = parent .. "/" .. runtime.sanitize(app.name)
+        local ok, err = safefs.private_dir(parent, PRIVATE)
+        if not ok then
+            return nil, err
+        end
+    end
+    local dir = parent .. "/" .. id
+    local ok, err = safefs.private_dir(dir, PRIVATE)
+    if not ok then
+        return nil, err
+    end
+    return dir
+end
+
+
 --- Writes the bundle; returns the spec proc.spawn needs, or nil, err (host).
 -- inv: { handler, trigger, message_id, attempt, deadline_ms, kill_at_ms }
 function D:prepare(app, inv)
@@ -309,30 +413,29 @@ function D:prepare(app, inv)
     if not ok then
         return nil, err
     end
-    local img, ierr = self.rt:image(app)
-    if ierr then
-        return nil, ierr
+    local extra
+    extra, err = secret_files.plan(self.rt, app)
+    if not extra then
+        return nil, err
     end
     local rootfs
-    if img then
-        rootfs, err = prepare_image_rootfs(img)
-    else
-        rootfs, err = self:prepare_host_rootfs()
-    end
+    rootfs, err = self:prepare_rootfs(app, extra)
     if not rootfs then
         return nil, err
     end
     local id = runtime.container_id(self.rt, app.name, inv.handler)
-    local app_bundles = self.bundles .. "/" .. runtime.sanitize(app.name)
-    local dir = app_bundles .. "/" .. id
-    for _, d in ipairs({ app_bundles, dir }) do
-        ok, err = safefs.private_dir(d, PRIVATE)
-        if not ok then
-            return nil, err
-        end
+    local dir
+    dir, err = self:bundle_dir(app, id)
+    if not dir then
+        return nil, err
     end
-    ok, err = safefs.write_new(dir .. "/config.json", json.encode(self:config(app, inv, id, rootfs, init_bin)), 384)
+    ok, err = self:write_secret_files(app, dir, extra)
+    if ok then
+        ok, err = safefs.write_new(dir .. "/config.json",
+            json.encode(self:config(app, inv, id, rootfs, init_bin, extra)), 384)
+    end
     if not ok then
+        fs.rm_rf(dir)
         return nil, err
     end
     local root = { self.runc, "--root", self.root }
@@ -392,15 +495,17 @@ end
 -- that waits a full synchronize_rcu() (~8-20 ms here), which a one-shot
 -- `relay app invoke` always paid. A helper that moves itself into the cgroup
 -- it is already in (a no-op) pays that wait in parallel with the bundle
--- write and runc's own start. Returns the helper's proc handle, or nil.
+-- write and runc's own start: a forked child that writes and exits, with no
+-- exec (a shell's start cost ~1 ms of CPU). Returns its proc handle, or nil.
 function D.prewarm(_)
     local procs = own_cgroup_procs()
     if not procs or fs.geteuid() ~= 0 then
         return nil
     end
     return require("relay.core.proc").spawn({
-        argv = { "/bin/sh", "-c", 'echo 0 >"$1"', "sh", procs },
-        env = { PATH = "/usr/sbin:/usr/bin:/sbin:/bin" },
+        argv = { "relay-cgroup-prewarm" },
+        cgroup_procs = { procs },
+        join_only = true,
         timeout = 10,
     })
 end
@@ -449,7 +554,8 @@ function D:finish(spec, report)
     if report.timed_out or report.signal or fs.is_dir(self.root .. "/" .. spec.id) then
         runtime.exec(spec.delete_argv, 10)
     end
-    fs.rm_rf(spec.dir)
+    secret_files.remove(spec.dir .. "/secrets")
+    fs.remove_known(spec.dir, BUNDLE_FILES)
     return out
 end
 

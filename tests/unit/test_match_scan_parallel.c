@@ -1,0 +1,309 @@
+/* Unit test of relay_match_scan_memory (include/relay/match_scan.h): on any
+ * number of threads and any chunk size, the sink hears exactly what the
+ * streaming scan reports for the same text, in the same order, on the
+ * calling thread; a mapped regular file goes through it too. */
+#include "check.h"
+#include "relay/match_scan.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define NOW INT64_C(1767225600000)
+
+/* What a sink saw, one "<line>:<ids>" or "<line>!<reason>" per call. */
+typedef struct transcript {
+    char text[65536];
+    size_t len;
+    long long stop_at_line;
+    pthread_t caller;
+    int off_thread; /* a callback ran on another thread */
+} transcript;
+
+
+static void
+note(transcript *t, const char *fmt, long long line, const char *more)
+{
+    t->len += (size_t)snprintf(t->text + t->len, sizeof(t->text) - t->len, fmt, line, more);
+}
+
+
+static int
+on_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
+{
+    transcript *t = ctx;
+    char list[64];
+    size_t i, used = 0;
+
+    list[0] = '\0';
+    for (i = 0; i < nids && i < 4; i++) {
+        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%u", i ? "," : "", ids[i]);
+    }
+    note(t, "%lld:%s ", line, list);
+    t->off_thread |= !pthread_equal(pthread_self(), t->caller);
+    return t->stop_at_line > 0 && line >= t->stop_at_line;
+}
+
+
+static int
+on_malformed(void *ctx, long long line, const char *reason)
+{
+    transcript *t = ctx;
+
+    note(t, "%lld!%s ", line, reason);
+    t->off_thread |= !pthread_equal(pthread_self(), t->caller);
+    return t->stop_at_line > 0 && line >= t->stop_at_line;
+}
+
+
+static relay_matcher *
+make(void)
+{
+    static const char *const rules[] = {
+        "{\"a\":[{\"eq\":1}]}",
+        "{\"b\":[{\"exists\":true}]}",
+        "{\"s\":[{\"prefix\":\"ab\"}]}",
+        "{\"a\":[{\"gt\":0}]}",
+    };
+    relay_matcher *m = relay_matcher_new();
+    char err[200];
+    size_t i;
+
+    CHECK(m != NULL);
+    for (i = 0; i < sizeof(rules) / sizeof(*rules); i++) {
+        CHECK(relay_matcher_add(m, rules[i], strlen(rules[i]), err, sizeof(err)) == (int)i);
+    }
+    return m;
+}
+
+
+/* A text of `lines` lines mixing matches, misses, malformed and empty lines
+ * and a line longer than max_bytes; no newline after the last one. */
+static char *
+make_text(int lines, size_t *len)
+{
+    static const char *const kinds[] = {
+        "{\"a\":1}",
+        "{\"c\":2}",
+        "{\"s\":\"abc\",\"b\":null}",
+        "",
+        "{\"a\":",
+        "{\"a\":3,\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}",
+        "  {\"a\" : 2}  ",
+        "[1]",
+        "{\"s\":\"a\\u0062\"}",
+    };
+    size_t cap = (size_t)lines * 64 + 1, used = 0;
+    char *text = malloc(cap);
+    int i;
+
+    CHECK(text != NULL);
+    for (i = 0; i < lines; i++) {
+        used +=
+            (size_t)snprintf(text + used, cap - used, "%s%s", kinds[(i * 7 + i / 5) % 9], i + 1 < lines ? "\n" : "");
+    }
+    *len = used;
+    return text;
+}
+
+
+static int
+scan_stream(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts, transcript *t,
+            relay_match_scan_counts *counts)
+{
+    relay_match_scan_sink sink = {on_match, on_malformed, t};
+    FILE *in = fmemopen((void *)text, len, "r");
+    char err[128];
+    int rc;
+
+    CHECK(in != NULL);
+    rc = relay_match_scan(m, in, opts, &sink, counts, err, sizeof(err));
+    fclose(in);
+    return rc;
+}
+
+
+static int
+scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts, transcript *t,
+            relay_match_scan_counts *counts)
+{
+    relay_match_scan_sink sink = {on_match, on_malformed, t};
+    char err[128];
+
+    t->caller = pthread_self();
+    return relay_match_scan_memory(m, text, len, opts, &sink, counts, err, sizeof(err));
+}
+
+
+/* The very first scans of the process run on worker threads: the scanner's
+ * one-time set-up must not race (run under ThreadSanitizer to see it). */
+static void
+test_first_scans_on_threads(void)
+{
+    static transcript got, want;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 16, 4};
+    relay_match_scan_counts counts, want_counts;
+    size_t len;
+    char *text = make_text(64, &len);
+
+    CHECK(scan_memory(m, text, len, &opts, &got, &counts) == 0);
+    CHECK(!got.off_thread);
+    CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
+    CHECK_STR(got.text, want.text);
+    CHECK(counts.total == want_counts.total && counts.total > 0);
+    free(text);
+    relay_matcher_free(m);
+}
+
+
+/* Every thread count and chunk size against the streaming scan. */
+static void
+test_same_as_streaming(void)
+{
+    static const int threads[] = {1, 2, 3, 8};
+    static const size_t chunks[] = {1, 7, 64, 1000, 0};
+    static transcript want, got;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 0, 0};
+    relay_match_scan_counts want_counts, got_counts;
+    size_t len, i, j;
+    char *text = make_text(400, &len);
+
+    CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
+    CHECK(want_counts.total == 400 && want_counts.matched > 0);
+    for (i = 0; i < sizeof(threads) / sizeof(*threads); i++) {
+        for (j = 0; j < sizeof(chunks) / sizeof(*chunks); j++) {
+            memset(&got, 0, sizeof(got));
+            opts.threads = threads[i];
+            opts.read_chunk = chunks[j];
+            CHECK(scan_memory(m, text, len, &opts, &got, &got_counts) == 0);
+            CHECK_STR(got.text, want.text);
+            CHECK(!got.off_thread);
+            CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
+        }
+    }
+    free(text);
+    relay_matcher_free(m);
+}
+
+
+/* A callback that stops the scan (the first one at or after a line): counts
+ * end at its line, nothing follows. */
+static void
+test_stop(void)
+{
+    static transcript want, got;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 0, 0};
+    relay_match_scan_counts want_counts, got_counts;
+    size_t len;
+    char *text = make_text(300, &len);
+    long long stops[] = {1, 4, 5, 150, 299};
+    size_t i;
+
+    for (i = 0; i < sizeof(stops) / sizeof(*stops); i++) {
+        memset(&want, 0, sizeof(want));
+        memset(&got, 0, sizeof(got));
+        want.stop_at_line = got.stop_at_line = stops[i];
+        opts.threads = 0;
+        opts.read_chunk = 16;
+        CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == RELAY_MATCH_SCAN_STOPPED);
+        opts.threads = 2;
+        CHECK(scan_memory(m, text, len, &opts, &got, &got_counts) == RELAY_MATCH_SCAN_STOPPED);
+        CHECK_STR(got.text, want.text);
+        CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
+    }
+    free(text);
+    relay_matcher_free(m);
+}
+
+
+/* Count-only sinks, an empty text, a final newline, one line. */
+static void
+test_edges(void)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2};
+    relay_match_scan_counts counts;
+    char err[128];
+
+    CHECK(relay_match_scan_memory(m, "", 0, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(counts.total == 0 && counts.matched == 0);
+    CHECK(relay_match_scan_memory(m, "{\"a\":1}\n", 8, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(counts.total == 1 && counts.matched == 1);
+    CHECK(relay_match_scan_memory(m, "{\"a\":1}\n\n", 9, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(counts.total == 2 && counts.matched == 1);
+    CHECK(relay_match_scan_memory(m, "x", 1, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(counts.total == 1 && counts.matched == 0);
+    relay_matcher_free(m);
+}
+
+
+/* relay_match_scan maps a regular file, from the stream's position on. */
+static void
+test_regular_file(void)
+{
+    static transcript want, got;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 64, 2};
+    relay_match_scan_counts want_counts, got_counts;
+    relay_match_scan_sink sink = {on_match, on_malformed, &got};
+    size_t len;
+    char *text = make_text(200, &len), err[128];
+    FILE *f = tmpfile();
+
+    CHECK(f != NULL);
+    if (f == NULL) {
+        free(text);
+        relay_matcher_free(m);
+        return;
+    }
+    CHECK(fwrite("{\"a\":1}\n", 1, 8, f) == 8 && fwrite(text, 1, len, f) == len && fflush(f) == 0);
+    CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
+    CHECK(fseek(f, 8, SEEK_SET) == 0);
+    got.caller = pthread_self();
+    CHECK(relay_match_scan(m, f, &opts, &sink, &got_counts, err, sizeof(err)) == 0);
+    CHECK_STR(got.text, want.text);
+    CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
+    CHECK(!got.off_thread);
+    fclose(f);
+    free(text);
+    relay_matcher_free(m);
+}
+
+
+/* A file that reports no size (as /proc files do) is read, not mapped. */
+static void
+test_sizeless_file(void)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2};
+    relay_match_scan_counts counts;
+    FILE *f = fopen("/proc/self/status", "r");
+    char err[128];
+
+    if (f == NULL) {
+        relay_matcher_free(m);
+        return; /* no procfs here: nothing to check */
+    }
+    CHECK(relay_match_scan(m, f, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(counts.total > 1 && counts.matched == 0);
+    fclose(f);
+    relay_matcher_free(m);
+}
+
+
+int
+main(void)
+{
+    test_first_scans_on_threads();
+    test_same_as_streaming();
+    test_stop();
+    test_edges();
+    test_regular_file();
+    test_sizeless_file();
+    CHECK_DONE();
+}
