@@ -27,9 +27,10 @@ local function same_node(addr, node)
 end
 
 
---- addr (a parsed REDIS_URL) moved to another node: same credentials.
+--- addr (a parsed REDIS_URL) moved to another node: same credentials, and
+-- TLS again for rediss:// (a redirect must never fall back to plaintext).
 function _M.at(addr, node)
-    return { host = node.host, port = node.port, user = addr.user, password = addr.password, db = 0 }
+    return { host = node.host, port = node.port, user = addr.user, password = addr.password, db = 0, tls = addr.tls }
 end
 
 

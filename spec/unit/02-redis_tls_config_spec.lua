@@ -39,6 +39,14 @@ describe("rediss:// (relay.config)", function()
         end
     end)
 
+    it("keeps TLS on a Cluster redirect to another node", function()
+        local addr = assert(assert(config.load({ REDIS_URL = "rediss://u:p@node1:6380", RELAY_REDIS_CA = "/ca.pem" }))
+            .redis_url)
+        local moved = require("relay.redis_cluster").at(addr, { host = "10.0.0.2", port = 6381 })
+        assert.are.same({ ca = "/ca.pem" }, moved.tls)
+        assert.are.equal("10.0.0.2", moved.host)
+    end)
+
     it("names rediss:// in the error for an unknown scheme", function()
         local _, err = config.parse_redis_url("http://localhost")
         assert.matches("rediss://", err, 1, true)
