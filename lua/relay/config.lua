@@ -188,7 +188,7 @@ end
 -- marks the address with a tls table, which load() fills from the
 -- RELAY_REDIS_* TLS variables.
 -- @return {host, port, path, user, password, db, tls} | {sentinels, master, user,
---   password, db} | nil, reason
+--   password, db, tls} | nil, reason
 function _M.parse_redis_url(url)
     local rest = url:match("^unix://(.*)$")
     if rest then
@@ -210,9 +210,19 @@ function _M.parse_redis_url(url)
     if rest then
         return parse_sentinel_url(rest)
     end
+    rest = url:match("^rediss%+sentinel://(.*)$")
+    if rest then
+        -- TLS to the primary; the Sentinels are asked in plaintext
+        local addr, err = parse_sentinel_url(rest)
+        if addr then
+            addr.tls = {}
+        end
+        return addr, err
+    end
     return nil, "expected redis://[user:password@]host:port/db, rediss://… (TLS), "
         .. "unix://[user:password@]/path/to/sock[?db=N] or "
-        .. "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]"
+        .. "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db] (rediss+sentinel:// for "
+        .. "TLS to the primary)"
 end
 
 

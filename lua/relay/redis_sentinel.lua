@@ -32,9 +32,11 @@ function _M.primary(addr, connect)
 end
 
 
---- The primary's address: the node, with the URL's credentials and database.
+--- The primary's address: the node, with the URL's credentials, database
+-- and TLS settings (rediss+sentinel://).
 function _M.at(addr, node)
-    return { host = node.host, port = node.port, user = addr.user, password = addr.password, db = addr.db }
+    return { host = node.host, port = node.port, user = addr.user, password = addr.password, db = addr.db,
+        tls = addr.tls }
 end
 
 

@@ -47,6 +47,17 @@ describe("rediss:// (relay.config)", function()
         assert.are.equal("10.0.0.2", moved.host)
     end)
 
+    it("takes rediss+sentinel:// as TLS to the primary the Sentinels name", function()
+        local cfg = assert(config.load({ REDIS_URL = "rediss+sentinel://:pw@s1:26379,s2/mymaster/1",
+            RELAY_REDIS_CA = "/ca.pem" }))
+        assert.are.same({ { host = "s1", port = 26379 }, { host = "s2", port = 26379 } }, cfg.redis_url.sentinels)
+        assert.are.same({ ca = "/ca.pem" }, cfg.redis_url.tls)
+        local primary = require("relay.redis_sentinel").at(cfg.redis_url, { host = "10.0.0.9", port = 6380 })
+        assert.are.same({ host = "10.0.0.9", port = 6380, db = 1, password = "pw", tls = { ca = "/ca.pem" } },
+            primary)
+        assert.is_nil(assert(config.parse_redis_url("redis+sentinel://s1/m")).tls)
+    end)
+
     it("names rediss:// in the error for an unknown scheme", function()
         local _, err = config.parse_redis_url("http://localhost")
         assert.matches("rediss://", err, 1, true)
