@@ -14,6 +14,8 @@ function _M.for_stream(stream)
     return {
         dlq = base .. "dlq",
         paused = base .. "paused",
+        -- Hash: app -> when a daemon last said it runs it (relay.known_apps).
+        apps = base .. "apps",
         stats = base .. "stats",
         -- Sorted set of the entry ids Relay's own publishers wrote (score:
         -- the id's milliseconds); only those may carry reserved fields.

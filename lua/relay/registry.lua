@@ -107,12 +107,37 @@ function Registry:changed()
 end
 
 
+--- Takes the fleet-wide paused set; returns the names paused before and
+-- not any more (their held messages can run now), then the newly paused.
 function Registry:set_paused(names)
-    local paused = {}
+    local paused, resumed, newly = {}, {}, {}
     for _, name in ipairs(names) do
         paused[name] = true
+        if not self.paused[name] then
+            newly[#newly + 1] = name
+        end
+    end
+    for name in pairs(self.paused) do
+        if not paused[name] then
+            resumed[#resumed + 1] = name
+        end
     end
     self.paused = paused
+    table.sort(resumed)
+    table.sort(newly)
+    return resumed, newly
+end
+
+
+--- The names of the valid apps.
+function Registry:valid_names()
+    local names = {}
+    for _, app in ipairs(self.list) do
+        if app.state == "ok" then
+            names[#names + 1] = app.name
+        end
+    end
+    return names
 end
 
 

@@ -19,6 +19,7 @@ local dispatch = require("relay.dispatch")
 local exit = require("relay.exit")
 local guard = require("relay.guard")
 local keys = require("relay.keys")
+local known_apps = require("relay.known_apps")
 local lifecycle = require("relay.lifecycle")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
@@ -541,6 +542,10 @@ function Worker:read_loop()
     local every_s = self.constants.reclaim_every_ms / 1000
     local reclaim_at = loop.monotonic() + every_s
     while not self.shutdown.draining do
+        if self.reread_own_pending then
+            self.reread_own_pending = false
+            delay = self:read_own_pending(delay)
+        end
         delay = self:read_new(delay)
         if loop.monotonic() >= reclaim_at and not self.shutdown.draining then
             local ok, err = xpcall(self.reclaim_once, debug.traceback, self)
@@ -614,11 +619,20 @@ function Worker:housekeeping()
     self:connect_claim_client()
     local paused = self.client:call("SMEMBERS", self.keys.paused)
     if type(paused) == "table" then
-        self.registry:set_paused(paused)
+        local resumed, newly = self.registry:set_paused(paused)
+        if #newly > 0 then
+            log.info("apps paused; their messages are held", { apps = table.concat(newly, ",") })
+        end
+        if #resumed > 0 then
+            -- their held messages wait in this consumer's pending list
+            log.info("apps resumed; running their held messages", { apps = table.concat(resumed, ",") })
+            self.reread_own_pending = true
+        end
     end
     if self.registry:changed() then
         self:reload("template change")
     end
+    self:record_known_apps()
     self:reap_dead_consumers()
     self:sweep_stranded()
 end
@@ -699,7 +713,27 @@ function Worker:reload(why)
         log.error("reloading apps failed; keeping the loaded ones", { reason = why, error = err })
     else
         self.slots:resize()
+        self.known_apps_at = nil
         log.info("apps reloaded", { reason = why, apps = #self.registry.list })
+    end
+end
+
+
+-- How often a daemon says again which apps it runs (relay.known_apps).
+local KNOWN_APPS_EVERY_MS = 60 * 1000
+
+--- Tells the fleet's hash of known apps which apps this daemon runs: after
+-- a reload, then once a minute.
+function Worker:record_known_apps()
+    local now = clock.now_ms()
+    if self.known_apps_at and now - self.known_apps_at < KNOWN_APPS_EVERY_MS then
+        return
+    end
+    local ok, err = known_apps.record(self.client, self.keys.apps, self.registry:valid_names(), now)
+    if ok then
+        self.known_apps_at = now
+    else
+        log.failing("known_apps", "recording the known apps failed", { error = err })
     end
 end
 
