@@ -1,9 +1,11 @@
 -- No container outlives its deadline or its daemon (issue 12, items 1 and
 -- 9), on the test build's compressed constants (grace 0.5 s, heartbeat TTL
 -- 1 s): a SIGKILLed daemon's containers die with it (runc and bwrap); a
--- frozen daemon's container dies at timeout + grace all the same; a daemon
--- removes what a dead consumer on this host left behind, never what a live
--- one owns; and a handler's own exit status 137 is told from a SIGKILL.
+-- frozen daemon's container dies at timeout + grace all the same, and no
+-- next attempt starts before that (its lease), unless a daemon on its host
+-- found the holder dead and removed its containers; a daemon removes what a
+-- dead consumer on this host left behind, never what a live one owns; and a
+-- handler's own exit status 137 is told from a SIGKILL.
 -- Real redis-server, runc and bwrap.
 local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
@@ -109,6 +111,7 @@ maybe("orphaned containers (runc) #compressed", function()
         local id = w:publish(string.format('{"t":"sleep","s":%s}', secs))
         d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
         assert.are.equal(1, #runc_runs(w.state_dir, w:consumer("c1")))
+        local instance = w:inv(id)["oa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
         d1:kill9()
         -- runc and the container were not in the daemon's process group:
         -- only the daemon's death itself can have ended them
@@ -116,8 +119,12 @@ maybe("orphaned containers (runc) #compressed", function()
         daemon.wait_until(function() return #runc_runs(w.state_dir, w:consumer("c1")) == 0 end, 5,
             "runc to clean up after its container")
 
+        -- another name on the same host: its start-up sweep of the dead
+        -- consumer's root declares the instance dead, so the next attempt
+        -- does not wait out the lease (31 s)
         local d2 = w:daemon("c2")
         w:ready(d2)
+        assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the dead instance is not recorded")
         d2:wait_until(function() return #d2:runs("start") == 1 end, 10, "the next attempt")
         local starts = starts_of({ d1, d2 }, id, "oa/sleep")
         assert.are.same({ 1, 2 }, { starts[1].attempt, starts[2].attempt })
@@ -149,42 +156,57 @@ maybe("orphaned containers (runc) #compressed", function()
         assert.are.same({}, runc_list(w.state_dir, w:consumer("c1")))
     end)
 
-    -- Pending: a frozen (or cut off) daemon's instance key lapses while its
-    -- container still runs, and TryStart charges the attempt as lost at
-    -- once; the next attempt then overlaps the container (about 4 s here).
-    -- It passes once TryStart starts no next attempt before the lost one's
-    -- lease has ended (relay-init ends the container by then), which this
-    -- suite's other recoveries must not pay when the holder is known dead.
-    pending("never starts the next attempt while a frozen daemon's container may still run", function()
+    it("never starts the next attempt while a frozen daemon's container may still run", function()
         w = world.new({ apps = APPS })
         local secs = unique_seconds(20)
-        local sleep = "sleep " .. secs
         local d1 = w:daemon("c1")
         w:ready(d1)
-        local id = w:publish(string.format('{"t":"long","s":%s}', secs))
+        w:publish(string.format('{"t":"long","s":%s}', secs))
         d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
-        -- frozen, not dead: its heartbeat lapses, its container runs on (6 s
-        -- timeout: longer than the heartbeat TTL, MinPendingIdle and the
-        -- first backoff step together)
+        local first = daemon.procs_matching("sleep " .. secs)
+        assert.are.equal(1, #first)
+        -- frozen, not dead: its heartbeat lapses while its container runs
+        -- on (6 s timeout: longer than the heartbeat TTL, MinPendingIdle
+        -- and the first backoff step together), and nothing on this host
+        -- can say it is dead
         frozen = d1.pid
         fs.kill(d1.pid, SIGSTOP)
         local d2 = w:daemon("c2")
         w:ready(d2)
-        -- the other replica charges the attempt as lost, and the next one
-        -- waits until the container can no longer run (its lease)
-        d2:wait_until(function() return (w:inv(id)["oa/long"] or ""):find("^waiting:1:") end, 10,
-            "the lost attempt charged")
-        local gone_at
+        -- the start is looked at before the container: seen alive after
+        -- the start line, the two overlapped
+        local gone_at, overlapped
         d2:wait_until(function()
-            if not gone_at and #daemon.procs_matching(sleep) == 0 then
-                gone_at = loop.now_ms()
-            end
-            return #d2:runs("start") == 1
-        end, 20, "the next attempt")
-        assert.is_truthy(gone_at, "attempt 2 started while attempt 1's container ran")
-        assert.is_true(gone_at <= d2:runs("start")[1].us / 1000)
+            local started = #d2:runs("start") == 1
+            local alive = fs.exists("/proc/" .. first[1])
+            overlapped = overlapped or (started and alive)
+            gone_at = gone_at or (not alive and loop.now_ms()) or nil
+            return started
+        end, 30, "the next attempt")
+        assert.is_falsy(overlapped, "attempt 2 started while attempt 1's container ran")
+        assert.is_true(gone_at <= d2:runs("start")[1].us / 1000, "attempt 2 started before attempt 1 ended")
+        assert.are.equal(2, d2:runs("start")[1].attempt)
         fs.kill(d1.pid, SIGCONT)
         frozen = nil
+    end)
+
+    it("charges a killed daemon's attempt before its lease ends once its host confirmed it dead", function()
+        w = world.new({ apps = APPS })
+        local secs = unique_seconds(20)
+        local d1 = w:daemon("c1")
+        w:ready(d1)
+        -- 30 s timeout: the attempt's lease ends 31 s after its claim
+        local id = w:publish(string.format('{"t":"sleep","s":%s}', secs))
+        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
+        local instance = w:inv(id)["oa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
+        d1:kill9()
+        -- the same name on the same host: it takes the name over from the
+        -- dead process and removes what that process left in its root
+        local d2 = w:daemon("c1")
+        w:ready(d2)
+        assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the dead instance is not recorded")
+        d2:wait_until(function() return #d2:runs("start") == 1 end, 15, "the next attempt, long before the lease")
+        assert.are.equal(2, d2:runs("start")[1].attempt)
     end)
 
     it("removes a dead consumer's leftovers on this host at start", function()
