@@ -7,16 +7,14 @@
 -- dead consumer on this host left behind, never what a live one owns; and a
 -- handler's own exit status 137 is told from a SIGKILL.
 -- Real redis-server, runc and bwrap.
-local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local root = fs.geteuid() == 0 and runtime.cgroup_mode() ~= nil
-local maybe = (root and fs.which("runc") and build.test_constants) and describe or pending
-local maybe_bwrap = (root and fs.which("bwrap") and build.test_constants) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
+local maybe_bwrap = world.usable({ tools = { "bwrap" }, compressed = true }) and describe or pending
 
 local APPS = world.APPS:gsub("/worker%-apps$", "/orphan-apps")
 local SIGSTOP, SIGCONT = 19, 18
@@ -28,6 +26,18 @@ local seq = 0
 local function unique_seconds(whole)
     seq = seq + 1
     return string.format("%d.%d%d", whole, loop.getpid(), seq)
+end
+
+
+--- Starts daemon c1 (env: more variables) and one `kind` handler on it
+-- that sleeps unique_seconds(whole). Returns the daemon, the message id and
+-- the handler's command line ("sleep <seconds>").
+local function one_running(w, kind, whole, env)
+    local secs = unique_seconds(whole)
+    local d = w:started("c1", env)
+    local id = w:publish(string.format('{"t":"%s","s":%s}', kind, secs))
+    d:wait_until(function() return #d:runs("start") == 1 end, 10, "the handler's start")
+    return d, id, "sleep " .. secs
 end
 
 
@@ -88,6 +98,22 @@ local function cgroup_leaves(state_dir, consumer)
 end
 
 
+--- A handler that exits 137 itself and one killed by SIGKILL, both
+-- dead-lettered, each with its own reason.
+local function assert_137_told_apart(w, runtime_name)
+    local d = w:started("c1", { RELAY_RUNTIME = runtime_name })
+    local exited = w:publish('{"t":"exit137"}')
+    local killed = w:publish('{"t":"selfkill"}')
+    d:wait_until(function() return #w:dlq() == 2 end, 15, "two dead letters")
+    local reasons = {}
+    for _, e in ipairs(w:dlq()) do
+        reasons[e.fields.original_id] = e.fields.reason
+    end
+    assert.are.equal("exit status 137", reasons[exited])
+    assert.are.equal("killed by signal 9", reasons[killed])
+end
+
+
 maybe("orphaned containers (runc) #compressed", function()
     local w, frozen
 
@@ -96,20 +122,12 @@ maybe("orphaned containers (runc) #compressed", function()
             fs.kill(frozen, SIGCONT)
             frozen = nil
         end
-        if w then
-            w:close()
-            w = nil
-        end
+        w = world.close(w)
     end)
 
     it("kills a SIGKILLed daemon's containers at once; the next attempt runs alone", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local sleep = "sleep " .. secs
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        local id = w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
+        local d1, id, sleep = one_running(w, "sleep", 20)
         assert.are.equal(1, #runc_runs(w.state_dir, w:consumer("c1")))
         local instance = w:inv(id)["oa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
         d1:kill9()
@@ -122,8 +140,7 @@ maybe("orphaned containers (runc) #compressed", function()
         -- another name on the same host: its start-up sweep of the dead
         -- consumer's root declares the instance dead, so the next attempt
         -- does not wait out the lease (31 s)
-        local d2 = w:daemon("c2")
-        w:ready(d2)
+        local d2 = w:started("c2")
         assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the dead instance is not recorded")
         d2:wait_until(function() return #d2:runs("start") == 1 end, 10, "the next attempt")
         local starts = starts_of({ d1, d2 }, id, "oa/sleep")
@@ -136,12 +153,7 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("kills a frozen daemon's container at timeout + grace, and the daemon reports the timeout", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(30)
-        local sleep = "sleep " .. secs
-        local d = w:daemon("c1")
-        w:ready(d)
-        local id = w:publish(string.format('{"t":"hang","s":%s}', secs))
-        d:wait_until(function() return #d:runs("start") == 1 end, 10, "the handler's start")
+        local d, id, sleep = one_running(w, "hang", 30)
         frozen = d.pid
         fs.kill(d.pid, SIGSTOP)
         -- 1 s timeout + 0.5 s grace from the spawn (before the start line):
@@ -158,12 +170,8 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("never starts the next attempt while a frozen daemon's container may still run", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        w:publish(string.format('{"t":"long","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
-        local first = daemon.procs_matching("sleep " .. secs)
+        local d1, _, sleep = one_running(w, "long", 20)
+        local first = daemon.procs_matching(sleep)
         assert.are.equal(1, #first)
         -- frozen, not dead: its heartbeat lapses while its container runs
         -- on (6 s timeout: longer than the heartbeat TTL, MinPendingIdle
@@ -171,8 +179,7 @@ maybe("orphaned containers (runc) #compressed", function()
         -- can say it is dead
         frozen = d1.pid
         fs.kill(d1.pid, SIGSTOP)
-        local d2 = w:daemon("c2")
-        w:ready(d2)
+        local d2 = w:started("c2")
         -- the start is looked at before the container: seen alive after
         -- the start line, the two overlapped
         local gone_at, overlapped
@@ -192,18 +199,13 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("charges a killed daemon's attempt before its lease ends once its host confirmed it dead", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local d1 = w:daemon("c1")
-        w:ready(d1)
         -- 30 s timeout: the attempt's lease ends 31 s after its claim
-        local id = w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
+        local d1, id = one_running(w, "sleep", 20)
         local instance = w:inv(id)["oa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
         d1:kill9()
         -- the same name on the same host: it takes the name over from the
         -- dead process and removes what that process left in its root
-        local d2 = w:daemon("c1")
-        w:ready(d2)
+        local d2 = w:started("c1")
         assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the dead instance is not recorded")
         d2:wait_until(function() return #d2:runs("start") == 1 end, 15, "the next attempt, long before the lease")
         assert.are.equal(2, d2:runs("start")[1].attempt)
@@ -211,12 +213,7 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("removes a dead consumer's leftovers on this host at start", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local sleep = "sleep " .. secs
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
+        local d1, _, sleep = one_running(w, "sleep", 20)
         -- a crash of the daemon and of its runc: nobody is left to clean up
         -- (runc frozen first, or it would clean up after its container)
         local runs = runc_runs(w.state_dir, w:consumer("c1"))
@@ -227,8 +224,7 @@ maybe("orphaned containers (runc) #compressed", function()
         daemon.wait_until(function() return not fs.exists("/proc/" .. runs[1]) end, 5, "runc's exit")
         assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1")))
 
-        local d2 = w:daemon("c2")
-        w:ready(d2)
+        local d2 = w:started("c2")
         assert.are.same({}, runc_list(w.state_dir, w:consumer("c1")))
         wait_gone(sleep, 2, "the dead consumer's container")
         assert.are.same({}, fs.list(w.state_dir .. "/" .. w:consumer("c1") .. "/bundles/oa") or {})
@@ -241,15 +237,12 @@ maybe("orphaned containers (runc) #compressed", function()
         local secs = unique_seconds(20)
         local sleep = "sleep " .. secs
         -- a daemon of another stream: its consumer key is not in this stream
-        local other = w:daemon("c1", { REDIS_STREAM = "other" })
-        w:ready(other)
+        local other = w:started("c1", { REDIS_STREAM = "other" })
         w:publish(string.format('{"t":"sleep","s":%s}', secs), "other")
         other:wait_until(function() return #other:runs("start") == 1 end, 10, "the other stream's handler")
         -- the same consumer name on this stream shares its runtime root
-        local same = w:daemon("c1")
-        w:ready(same)
-        local fresh = w:daemon("c2")
-        w:ready(fresh)
+        local same = w:started("c1")
+        local fresh = w:started("c2")
         -- both swept at start, before "relay started"
         assert.are.equal(1, #daemon.procs_matching(sleep))
         assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1")))
@@ -261,17 +254,7 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("tells a handler's exit status 137 from a SIGKILL in the dead letter", function()
         w = world.new({ apps = APPS })
-        local d = w:daemon("c1")
-        w:ready(d)
-        local exited = w:publish('{"t":"exit137"}')
-        local killed = w:publish('{"t":"selfkill"}')
-        d:wait_until(function() return #w:dlq() == 2 end, 15, "two dead letters")
-        local reasons = {}
-        for _, e in ipairs(w:dlq()) do
-            reasons[e.fields.original_id] = e.fields.reason
-        end
-        assert.are.equal("exit status 137", reasons[exited])
-        assert.are.equal("killed by signal 9", reasons[killed])
+        assert_137_told_apart(w, "runc")
     end)
 end)
 
@@ -279,37 +262,17 @@ end)
 maybe_bwrap("orphaned sandboxes (bwrap) #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("kills a SIGKILLed daemon's sandboxes at once (--die-with-parent)", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(21)
-        local sleep = "sleep " .. secs
-        local d = w:daemon("c1", { RELAY_RUNTIME = "bwrap" })
-        w:ready(d)
-        w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d:wait_until(function() return #d:runs("start") == 1 end, 10, "the handler's start")
+        local d, _, sleep = one_running(w, "sleep", 21, { RELAY_RUNTIME = "bwrap" })
         d:kill9()
         wait_gone(sleep, 2, "the sandbox to die with its daemon")
     end)
 
     it("tells a handler's exit status 137 from a SIGKILL in the dead letter", function()
         w = world.new({ apps = APPS })
-        local d = w:daemon("c1", { RELAY_RUNTIME = "bwrap" })
-        w:ready(d)
-        local exited = w:publish('{"t":"exit137"}')
-        local killed = w:publish('{"t":"selfkill"}')
-        d:wait_until(function() return #w:dlq() == 2 end, 15, "two dead letters")
-        local reasons = {}
-        for _, e in ipairs(w:dlq()) do
-            reasons[e.fields.original_id] = e.fields.reason
-        end
-        assert.are.equal("exit status 137", reasons[exited])
-        assert.are.equal("killed by signal 9", reasons[killed])
+        assert_137_told_apart(w, "bwrap")
     end)
 end)
