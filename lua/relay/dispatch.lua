@@ -130,7 +130,12 @@ local function not_started(ctx, msg, inv, r)
     if why == "terminal" or why == "retained" then
         return "terminal"
     end
-    return (why == "waiting" or why == "lost") and "waiting" or "pending", r[3]
+    if why == "lease" then
+        log.info("the daemon of a running attempt stopped answering; the next attempt waits out its lease",
+            { message_id = msg.id, handler = inv.label, wait_ms = r[3] })
+    end
+    local retry_here = why == "waiting" or why == "lost" or why == "lease"
+    return retry_here and "waiting" or "pending", r[3]
 end
 
 

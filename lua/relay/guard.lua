@@ -1,6 +1,7 @@
 --- The consumer-name guard and the instance heartbeat: two live daemons
 -- must never read as the same consumer, and other replicas must be able to
 -- tell a live instance from a dead one.
+local apps = require("relay.apps")
 local config = require("relay.config")
 local exit = require("relay.exit")
 local fs = require("relay.fs")
@@ -47,13 +48,33 @@ function Guard:try_claim(value, expected)
 end
 
 
---- A dead holder's instance is dead too: saying so now makes its running
--- markers count as lost at once instead of after the key's TTL.
+--- A dead holder's instance is dead too. Its instance key goes now; it is
+-- declared dead (declare_dead) only once the start-up sweep has removed its
+-- containers: until then one may still run.
 function Guard:forget_instance(holder)
     local _, _, dead_instance = parse_holder(holder)
     if dead_instance and dead_instance ~= "" then
         self.client:call("DEL", self.keys.instance(dead_instance))
+        self.taken_from = dead_instance
     end
+end
+
+
+--- Declares instances dead (relay:<stream>:dead:<instance>) after their
+-- containers were removed on this host: TryStart then charges their running
+-- attempts at once instead of waiting out the leases (relay.scripts). The
+-- key outlives every lease an instance can have set, and no longer: after
+-- that, every lease says as much. Returns how many could not be declared.
+function Guard:declare_dead(instances)
+    local ttl_ms = apps.MAX_TIMEOUT_MS + self.constants.kill_grace_ms + self.constants.lease_margin_ms
+    local failed = 0
+    for _, instance in ipairs(instances) do
+        if instance ~= self.instance then
+            local ok = self.client:call("SET", self.keys.dead(instance), "1", "PX", ttl_ms)
+            failed = failed + (ok == nil and 1 or 0)
+        end
+    end
+    return failed
 end
 
 

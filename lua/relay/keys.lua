@@ -28,6 +28,9 @@ function _M.for_stream(stream)
         sched = function(app, name) return base .. "sched:" .. app .. "/" .. name end,
         consumer = function(name) return base .. "consumer:" .. name end,
         instance = function(id) return instance_prefix .. id end,
+        -- Set (with a TTL) once a daemon on the instance's host found it
+        -- dead and removed its containers: its attempts are lost at once.
+        dead = function(id) return base .. "dead:" .. id end,
     }
 end
 

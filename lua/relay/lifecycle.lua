@@ -180,6 +180,11 @@ local function append(list, more)
 end
 
 
+-- How many times TryStart is asked again when the holder of a running
+-- attempt changed between its calls (each call names the holder's keys).
+local CHECKS = 3
+
+
 --- TryStart for one invocation. inv = { label, app, handler, timeout_ms,
 -- max_attempts }; token from token(msg, inv). Returns the script's reply
 -- table or nil, err.
@@ -193,14 +198,31 @@ function Lifecycle:try_start(msg, inv, token)
         self:note_claim(k, token, "sent")
     end
     local lease_ms = inv.timeout_ms + self.c.lease_margin_ms + self.c.kill_grace_ms
-    local args = append({ inv.label, token, lease_ms, inv.max_attempts, self.instance_prefix, self.backoff_csv,
+    local args = append({ inv.label, token, lease_ms, inv.max_attempts, "", self.backoff_csv,
         own and "1" or "0" }, self:dlq_context(msg, inv.app, inv.handler))
-    local value, err = self:eval_declaring_instance(self.claim_client or self.client, scripts.try_start,
-        { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
+    local value, err = self:try_start_call(msg, args)
     if own then
         self:note_claim(k, token, value == nil and "unanswered" or (value[1] == "start" and "held" or nil))
     end
     return value, err
+end
+
+
+--- The TryStart script, called again with the holder's keys declared
+-- when it asks for them ("check": another instance's attempt runs).
+function Lifecycle:try_start_call(msg, args)
+    local key_list = { self.keys.inv(msg.id), self.keys.dlq, self.stream }
+    for _ = 1, CHECKS do
+        local value, err = redis.eval(self.claim_client or self.client, scripts.try_start, key_list, args)
+        if value == nil or value[1] ~= "check" then
+            return value, err
+        end
+        local holder = value[2]
+        args[5] = holder
+        key_list[4], key_list[5] = self.keys.instance(holder), self.keys.dead(holder)
+    end
+    -- the holder kept changing: someone else is busy with the invocation
+    return { "skip", "running", 0 }
 end
 
 

@@ -202,12 +202,15 @@ end
 ]==]
 
 
---- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event), the instance key of the
--- claim's holder (when it is another's: {"declare", key} asks for it). ARGV: field, token, lease_ms, max_attempts,
--- instance_prefix, backoff_csv, own ("1": this daemon holds no other claim on the invocation), then DLQ
--- context pairs.
+--- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event), then the
+-- instance key and the dead key (relay:<stream>:dead:<instance>) of the
+-- holder named in ARGV[5], when one is named. ARGV: field, token, lease_ms,
+-- max_attempts, holder ("" = none), backoff_csv, own ("1": this daemon
+-- holds no other claim on the invocation), then DLQ context pairs.
 -- Returns {"start", attempt, previous_marker} | {"skip", why, wait_ms[, lost attempt]} |
--- {"exhausted", attempt, dlq_id} (a lost last attempt, dead-lettered now).
+-- {"exhausted", attempt, dlq_id} (a lost last attempt, dead-lettered now) |
+-- {"check", holder} (an attempt of another instance runs within its lease:
+-- call again with that holder's keys, so that every key is declared).
 -- A `running` marker under this very token is the claim of an earlier
 -- TryStart whose reply was lost (the caller retries with the token of the
 -- unanswered call): it is ours, and starts. One of the caller's own
@@ -215,10 +218,15 @@ end
 -- invocation, is an attempt that daemon is not running (a TryStart Redis
 -- ran after the caller gave up on it, a rolled back Redis): it is released
 -- uncharged and claimed again, never left to lapse and be charged as lost.
+-- Another instance's attempt counts as lost once its lease is over or once
+-- its dead key says a daemon on its host found the holder dead and removed
+-- its containers. A holder whose instance key merely lapsed may be frozen
+-- or cut off with its container still running: its attempt is not charged
+-- before the lease ("lease"), by when the container has ended itself.
 _M.try_start = PRELUDE .. [==[
-local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
+local inv, dlq = KEYS[1], KEYS[2]
 local field, token, lease_ms, max_attempts = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local instance_prefix, ladder, own = ARGV[5], ARGV[6], ARGV[7] == '1'
+local declared, ladder, own = ARGV[5], ARGV[6], ARGV[7] == '1'
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return {'skip', 'retained', 0}
 end
@@ -244,13 +252,15 @@ if marker then
         if p[3] == token or (own and token_instance(p[3]) == token_instance(token)) then
             return claim(attempt, uncharged(attempt, now))
         end
-        if now < tonumber(p[4]) then
-            local undeclared = undeclared_instance(instance_prefix, p[3], instance_key)
-            if undeclared then
-                return {'declare', undeclared}
+        local lease_left = tonumber(p[4]) - now
+        if lease_left > 0 then
+            local holder = token_instance(p[3]) or ''
+            if holder ~= '' and holder ~= declared then
+                return {'check', holder}
             end
-            if instance_alive(instance_prefix, p[3]) then
-                return {'skip', 'running', tonumber(p[4]) - now}
+            if holder == '' or redis.call('EXISTS', KEYS[5]) == 0 then
+                local alive = holder ~= '' and redis.call('EXISTS', KEYS[4]) == 1
+                return {'skip', alive and 'running' or 'lease', lease_left}
             end
         end
         if attempt >= max_attempts then
@@ -638,7 +648,7 @@ return {'claimed', claimed}
 -- instance_prefix, then DLQ pairs.
 -- Returns {"exhausted", dlq_id}, "terminal", "running" or {"declare", instance key}.
 _M.exhaust = PRELUDE .. [==[
-local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
+local inv, dlq = KEYS[1], KEYS[2]
 local field, reason, instance_prefix = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return 'terminal'

@@ -824,22 +824,55 @@ function Worker:connect()
 end
 
 
---- Removes this consumer's orphaned containers, then loads the apps.
---- The start-up sweep: this consumer's orphans (its runtime root is named
--- after its consumer, stream and group; left alone while a live process
--- still holds it), then those of consumers on this
--- host whose holder is dead (runtime.sweep_dead_consumers). The daemon then
--- holds its root for its whole life.
+--- The start-up sweep, then the apps: this consumer's orphans (its runtime
+-- root is named after its consumer, stream and group; left alone while a
+-- live process still holds it), then those of consumers on this host whose
+-- holder is dead (runtime.sweep_dead_consumers). The daemon then holds its
+-- root for its whole life.
 function Worker:start_runtime()
-    local ok, swept, owned = pcall(runtime.sweep, self.rt, { hold = true })
+    self:sweep_own_root()
+    self:sweep_dead_consumers()
+    local loaded, err = self.registry:reload()
+    if not loaded then
+        exit.env(err)
+    end
+    self.dispatch_ctx = {
+        lifecycle = self.life, runtime = self.rt, registry = self.registry, slots = self.slots,
+        reporter = self.report, shutdown = self.shutdown, constants = self.constants,
+    }
+end
+
+
+--- This consumer's orphans. Its root's previous holders are then dead with
+-- their containers gone, so they are declared dead; this daemon records
+-- itself as the root's holder.
+function Worker:sweep_own_root()
+    local ok, swept, owned, dead = pcall(runtime.sweep, self.rt, { hold = true })
     if not ok then
         log.warn("orphan cleanup failed", { error = swept })
     elseif owned then
         log.info("runtime root held by a live process: its orphans are left to it",
             { consumer = self.cfg.consumer, root = self.rt.name })
-    elseif swept > 0 then
-        log.info("removed orphaned containers of this consumer", { count = swept })
+    else
+        if swept > 0 then
+            log.info("removed orphaned containers of this consumer", { count = swept })
+        end
+        if self.guard.taken_from then  -- the name's previous holder ran its containers in this very root
+            dead[#dead + 1] = { stream = self.cfg.stream, instance = self.guard.taken_from }
+        end
+        self:declare_dead(dead)
     end
+    local recorded, err = runtime.record_holder(self.rt, self.cfg.stream, self.instance)
+    if not recorded then
+        log.warn("cannot record this daemon in its runtime root; replicas will wait out its leases after a crash",
+            { error = err })
+    end
+end
+
+
+--- The leftovers of consumers on this host whose holder is dead (their
+-- consumer key gone, or a dead pid on this host).
+function Worker:sweep_dead_consumers()
     local fs, host = require("relay.fs"), require("relay.config").hostname()
     local function holder_dead(name, stream)
         local value = self.client:call("GET", keys.for_stream(stream).consumer(name))
@@ -849,20 +882,36 @@ function Worker:start_runtime()
         local h_host, pid = value:match("^(.*):(%d+):[^:]*$")
         return h_host == host and not fs.exists("/proc/" .. pid)
     end
-    local dok, dead = pcall(runtime.sweep_dead_consumers, self.rt, holder_dead)
-    if not dok then
-        log.warn("cleanup of dead consumers failed", { error = dead })
-    elseif dead > 0 then
-        log.info("removed orphaned containers of dead consumers on this host", { count = dead })
+    local ok, removed, dead = pcall(runtime.sweep_dead_consumers, self.rt, holder_dead)
+    if not ok then
+        log.warn("cleanup of dead consumers failed", { error = removed })
+        return
     end
-    local loaded, err = self.registry:reload()
-    if not loaded then
-        exit.env(err)
+    if removed > 0 then
+        log.info("removed orphaned containers of dead consumers on this host", { count = removed })
     end
-    self.dispatch_ctx = {
-        lifecycle = self.life, runtime = self.rt, registry = self.registry, slots = self.slots,
-        reporter = self.report, shutdown = self.shutdown, constants = self.constants,
-    }
+    self:declare_dead(dead)
+end
+
+
+--- Declares the swept roots' dead daemons of this stream dead in Redis
+-- (relay.guard), so their attempts are charged without waiting out leases.
+function Worker:declare_dead(holders)
+    local instances = {}
+    for _, h in ipairs(holders) do
+        if h.stream == self.cfg.stream then
+            instances[#instances + 1] = h.instance
+        end
+    end
+    if #instances == 0 then
+        return
+    end
+    local failed = self.guard:declare_dead(instances)
+    log.info("declared the dead daemons of swept runtime roots dead", { count = #instances - failed })
+    if failed > 0 then
+        log.warn("could not declare dead daemons dead; their attempts are charged when their leases end",
+            { count = failed })
+    end
 end
 
 

@@ -28,7 +28,8 @@ end
 
 
 --- Polls fn every 20 ms until it returns a truthy value or timeout seconds
--- pass; raises with what (and fn's last value) on timeout. Returns the value.
+-- pass; raises with what on timeout (a function: called then, for what it
+-- can only tell at the end). Returns the value.
 function _M.wait_until(fn, timeout, what)
     local deadline = loop.monotonic() + (timeout or 10)
     local value
@@ -42,6 +43,9 @@ function _M.wait_until(fn, timeout, what)
     value = fn()
     if value then
         return value
+    end
+    if type(what) == "function" then
+        what = what()
     end
     error(string.format("timed out after %ss waiting for %s", tostring(timeout or 10), what or "a condition"), 2)
 end

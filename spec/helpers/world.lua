@@ -5,6 +5,7 @@
 --   local d = w:daemon("c1", { MAX_CONCURRENCY = 4 })
 --   local id = w:publish('{"t":"ok"}')
 --   w:close()
+local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
@@ -30,6 +31,33 @@ local function absolute(path)
 end
 
 _M.APPS = absolute("spec/fixtures/worker-apps")
+
+
+--- Whether this host can run the daemon suites: root, cgroups and every
+-- tool named (default runc); compressed = true also needs the test build's
+-- compressed lifecycle constants. A suite is `usable and describe or pending`.
+function _M.usable(opts)
+    opts = opts or {}
+    if fs.geteuid() ~= 0 or runtime.cgroup_mode() == nil or (opts.compressed and not build.test_constants) then
+        return false
+    end
+    for _, tool in ipairs(opts.tools or { "runc" }) do
+        if not fs.which(tool) then
+            return false
+        end
+    end
+    return true
+end
+
+
+--- Closes a spec's world if it has one; returns nil, for
+-- `after_each(function() w = world.close(w) end)`.
+function _M.close(w)
+    if w then
+        w:close()
+    end
+    return nil
+end
 
 
 --- opts: redis_args (extra redis-server arguments), apps (default the
@@ -74,6 +102,14 @@ end
 --- Waits until the daemon logged "relay started".
 function World.ready(_, d, timeout)
     return d:wait_until(function() return d:count("relay started") > 0 end, timeout or 15, "relay started")
+end
+
+
+--- daemon(), then ready(): a daemon that has started.
+function World:started(name, env, opts)
+    local d = self:daemon(name, env, opts)
+    self:ready(d)
+    return d
 end
 
 
@@ -123,6 +159,19 @@ end
 --- The invocation hash of a message as a table (empty when absent).
 function World:inv(id)
     return redis.pairs_to_table(self:call("HGETALL", "relay:events:inv:" .. id))
+end
+
+
+--- Whether every message of ids is settled (its state retained) and, with
+-- label, has that invocation.
+function World:all_retained(ids, label)
+    for _, id in ipairs(ids) do
+        local inv = self:inv(id)
+        if not inv["~retained"] or (label and not inv[label]) then
+            return false
+        end
+    end
+    return true
 end
 
 

@@ -73,8 +73,7 @@ maybe("relay run", function()
     end)
 
     it("runs a matched event's handler with the event on stdin and the environment contract", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local event = '{"t":"echo", "n": 1.50,"s":"\\u00e9\xc3\xa9 x"}'
         local id = w:publish(event)
         d:wait_until(function() return w:inv(id)["~retained"] end, 15, "the message retained")
@@ -125,8 +124,7 @@ maybe("relay run", function()
     end)
 
     it("runs every matching handler of a message one at a time, in dispatch order", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local id = w:publish('{"t":"multi"}')
         d:wait_until(function() return w:inv(id)["~retained"] end, 15, "the message retained")
         local inv = w:inv(id)
@@ -148,8 +146,7 @@ maybe("relay run", function()
     end)
 
     it("acknowledges unmatched events without state and keeps serving", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local ids = { w:publish('{"t":"nobody"}'), w:publish('{"x":1}'), w:publish("{}") }
         local ok_id = w:publish('{"t":"ok"}')
         d:wait_until(function() return w:inv(ok_id)["~retained"] end, 15, "the ok message retained")
@@ -162,8 +159,7 @@ maybe("relay run", function()
     end)
 
     it("dead-letters each malformed message once with the documented DLQ fields, then acknowledges it", function()
-        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "300000" })
-        w:ready(d)
+        local d = w:started("c1", { RELAY_MAX_EVENT_BYTES = "300000" })
         local cases = {
             { fields = { "other", "x" }, reason = "^missing event field$", event = "" },
             { event = "not json", reason = "^invalid JSON" },
@@ -216,8 +212,7 @@ maybe("relay run", function()
     end)
 
     it("runs a targeted entry's handler only, and dead-letters an unknown target", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         -- the event itself matches multi.*; the target picks one handler
         local id = xadd_trusted(w, "event", '{"t":"multi"}', "relay_target", "wa/multi.second",
             "relay_replay_of", "1-1")
@@ -253,8 +248,7 @@ maybe("relay run", function()
     end)
 
     it("keeps a message of an unavailable app pending, uncharged and out of the DLQ", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local id = w:publish('{"t":"missing"}')
         local ok_id = w:publish('{"t":"ok"}')
         d:wait_until(function() return w:inv(ok_id)["~retained"] end, 15, "the other message")
@@ -275,8 +269,7 @@ maybe("relay run", function()
 
     it("refuses a second live daemon with the same consumer name; a dead one's name is taken over at once",
         function()
-        local d = w:daemon("guard")
-        w:ready(d)
+        local d = w:started("guard")
         local env = { REDIS_URL = w.server.url, RELAY_APPS = world.APPS, RELAY_CONSUMER = w:consumer("guard"),
             RELAY_STATE_DIR = w.state_dir, RELAY_RUNTIME = "runc" }
         local t0 = loop.monotonic()
@@ -289,8 +282,7 @@ maybe("relay run", function()
 
         d:kill9()
         t0 = loop.monotonic()
-        local d2 = w:daemon("guard")
-        w:ready(d2)
+        local d2 = w:started("guard")
         -- well inside one heartbeat TTL (15 s on the release build)
         assert.is_true(loop.monotonic() - t0 < (compressed and 5 or 8))
         assert.are.equal(1, d2:count("taking over the consumer name from a dead process"))
@@ -307,8 +299,7 @@ maybe("relay run", function()
 
     -- Runs untagged: on the release build it checks the real 1-minute step.
     it("records a failed attempt as waiting for its backoff step and keeps the message pending", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local id = w:publish('{"t":"exit3"}')
         d:wait_until(function() return (w:inv(id)["wa/exit3"] or ""):find("^waiting:") end, 15, "waiting marker")
         local now = w:time_ms()
@@ -353,8 +344,7 @@ maybe_compressed("relay run pause/resume #compressed", function()
         local env = { REDIS_URL = w.server.url, RELAY_APPS = world.APPS }
         local r = cli.run({ "app", "pause", "wb" }, env)
         assert.are.equal(0, r.code, r.stderr)
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local paused = { w:publish('{"t":"b-ok"}'), w:publish('{"t":"b-ok"}') }
         local other = w:publish('{"t":"ok"}')
         d:wait_until(function() return w:inv(other)["~retained"] end, 15, "the other app's message")

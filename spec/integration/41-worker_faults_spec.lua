@@ -3,16 +3,11 @@
 -- every 250 ms, heartbeat TTL 1 s): a poison handler (14), SIGKILL and
 -- restart with the same (1) or a new (2) consumer name, the SIGTERM drain
 -- (3) and a Redis outage (6). Real redis-server, real runc.
-local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
-local fs = require("relay.fs")
 local loop = require("relay.core.loop")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-local compressed = build.test_constants
-local maybe = (usable and compressed) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
 
 local RFC3339 = "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.?%d*Z$"
 local TOKEN = "[0-9a-f]+%.%d+"
@@ -57,13 +52,19 @@ local function running_markers(w, ids)
 end
 
 
-local function all_retained(w, ids)
-    for _, id in ipairs(ids) do
-        if not w:inv(id)["~retained"] then
-            return false
-        end
-    end
-    return true
+--- Starts c1 on n sleep events and SIGKILLs it a quarter of the way, with
+-- handlers running. Returns the daemon, the ids and the interrupted ids.
+local function killed_midway(w, n)
+    local d1 = w:started("c1")
+    local ids = publish_sleeps(w, n, 0.5)
+    d1:wait_until(function()
+        local ends = #d1:runs("end")
+        return ends >= n / 4 and #d1:runs("start") - ends >= 2
+    end, 30, "a quarter done, handlers running")
+    d1:kill9()
+    local interrupted = running_markers(w, ids)
+    assert.is_true(#interrupted >= 1, "nothing was running at the kill")
+    return d1, ids, interrupted
 end
 
 
@@ -109,17 +110,11 @@ end
 maybe("relay run faults #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("dead-letters a poison handler after exactly its attempts, on the backoff ladder (R14)", function()
         w = world.new()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local id = w:publish('{"t":"exit3"}')
         -- other messages keep flowing meanwhile
         local others, feeding = {}, true
@@ -133,7 +128,7 @@ maybe("relay run faults #compressed", function()
         d:wait_until(function() return w:pending() == 0 end, 5, "the ACK")
         loop.sleep(0.5)
         feeding = false
-        d:wait_until(function() return all_retained(w, others) end, 10, "the other messages")
+        d:wait_until(function() return w:all_retained(others) end, 10, "the other messages")
         loop.sleep(1.5)  -- nothing more happens to the poison message
 
         local starts = daemon.by_invocation({ d })[id .. " wa/exit3"].starts
@@ -182,8 +177,7 @@ maybe("relay run faults #compressed", function()
 
     it("kills a hung handler at its timeout and retries it; a flaky one succeeds on its retry (R17)", function()
         w = world.new()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local hang = w:publish('{"t":"hang"}')
         local flaky = w:publish('{"t":"flaky","k":1}')
         d:wait_until(function() return #w:dlq() == 1 and w:inv(flaky)["~retained"] end, 20, "settled")
@@ -217,16 +211,7 @@ maybe("relay run faults #compressed", function()
 
     it("recovers after SIGKILL with the same consumer name: re-runs only interrupted attempts (R1)", function()
         w = world.new()
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        local ids = publish_sleeps(w, 120, 0.5)
-        d1:wait_until(function()
-            local ends = #d1:runs("end")
-            return ends >= 30 and #d1:runs("start") - ends >= 2
-        end, 30, "a quarter done, handlers running")
-        d1:kill9()
-        local interrupted = running_markers(w, ids)
-        assert.is_true(#interrupted >= 1, "nothing was running at the kill")
+        local d1, ids, interrupted = killed_midway(w, 120)
         -- every start without an end was interrupted (an end printed just
         -- before the kill may not have been recorded yet)
         local is_interrupted = {}
@@ -246,13 +231,12 @@ maybe("relay run faults #compressed", function()
 
         local mon = w:monitor()
         local t0 = loop.monotonic()
-        local d2 = w:daemon("c1")
-        w:ready(d2)
+        local d2 = w:started("c1")
         local ready_at = loop.monotonic()
         d2:wait_until(function() return #d2:runs("start") > 0 end, 5, "the first start after the restart")
         -- the own PEL is re-read at once, not after MinPendingIdle
         assert.is_true(loop.monotonic() - ready_at < 1, "first start " .. (loop.monotonic() - ready_at))
-        d2:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 60, "everything settled")
+        d2:wait_until(function() return w:all_retained(ids) and w:pending() == 0 end, 60, "everything settled")
         mon.stop()
 
         -- the first read is of c1's own pending list (the take_pending script
@@ -281,16 +265,7 @@ maybe("relay run faults #compressed", function()
 
     it("recovers a killed consumer's entries by XAUTOCLAIM under a new name (R2)", function()
         w = world.new()
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        local ids = publish_sleeps(w, 64, 0.5)
-        d1:wait_until(function()
-            local ends = #d1:runs("end")
-            return ends >= 16 and #d1:runs("start") - ends >= 2
-        end, 30, "a quarter done, handlers running")
-        d1:kill9()
-        local interrupted = running_markers(w, ids)
-        assert.is_true(#interrupted >= 1, "nothing was running at the kill")
+        local d1, ids, interrupted = killed_midway(w, 64)
         local running_lines = 0
         for _, inv in pairs(daemon.by_invocation({ d1 })) do
             running_lines = running_lines + (#inv.ends == 0 and 1 or 0)
@@ -303,8 +278,7 @@ maybe("relay run faults #compressed", function()
         end
         assert.is_true(#owned >= 1)
 
-        local d2 = w:daemon("c2")
-        w:ready(d2)
+        local d2 = w:started("c2")
         local ready_at = loop.monotonic()
         d2:wait_until(function()
             for _, id in ipairs(owned) do
@@ -317,7 +291,7 @@ maybe("relay run faults #compressed", function()
         end, 10, "a start of the dead consumer's entries")
         -- MinPendingIdle (1 s) + a sweep (250 ms) + a start
         assert.is_true(loop.monotonic() - ready_at < 3, "took " .. (loop.monotonic() - ready_at))
-        d2:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 60, "everything settled")
+        d2:wait_until(function() return w:all_retained(ids) and w:pending() == 0 end, 60, "everything settled")
 
         local duplicates = assert_recovered(w, d1, d2, ids, interrupted)
         assert.is_true(duplicates >= running_lines and duplicates <= #interrupted)
@@ -329,8 +303,7 @@ maybe("relay run faults #compressed", function()
 
     it("drains on SIGTERM: stops reading, finishes running handlers once, exits 0 (R3)", function()
         w = world.new()
-        local d1 = w:daemon("c1")
-        w:ready(d1)
+        local d1 = w:started("c1")
         local ids = publish_sleeps(w, 8, 2)
         d1:wait_until(function() return #d1:runs("start") == 4 end, 10, "four running")
         local t0 = loop.monotonic()
@@ -367,9 +340,8 @@ maybe("relay run faults #compressed", function()
         assert.are.equal(0, w:call("EXISTS", "relay:events:consumer:" .. w:consumer("c1")))
 
         -- a clean bounce: the restart runs the rest, never the finished ones
-        local d2 = w:daemon("c1")
-        w:ready(d2)
-        d2:wait_until(function() return all_retained(w, ids) and w:inv(late)["~retained"] end, 20, "the rest")
+        local d2 = w:started("c1")
+        d2:wait_until(function() return w:all_retained(ids) and w:inv(late)["~retained"] end, 20, "the rest")
         local runs = daemon.by_invocation({ d1, d2 })
         for _, id in ipairs(ids) do
             assert.are.equal(1, #runs[id .. " wa/sleep"].starts, id)
@@ -381,8 +353,7 @@ maybe("relay run faults #compressed", function()
     it("exits 128+signal at once on a second signal, killing containers, leaving state for recovery (R3)",
         function()
         w = world.new()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local ids = publish_sleeps(w, 2, 19.7)
         d:wait_until(function() return #d:runs("start") == 2 end, 10, "two running")
         d:signal("TERM")
@@ -407,8 +378,7 @@ maybe("relay run faults #compressed", function()
 
     it("waits out a Redis outage: running handlers' results are recorded after it (R6)", function()
         w = world.new({ redis_args = "--appendonly yes --appendfsync always" })
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local ids = publish_sleeps(w, 4, 1.5)
         d:wait_until(function() return #d:runs("start") == 4 end, 10, "four running")
         w:stop_redis()
@@ -418,7 +388,7 @@ maybe("relay run faults #compressed", function()
         assert.is_true(d:alive())
         assert.is_true(d:count("redis unreachable; retrying error=") == 1)  -- once, not per retry
         w:start_redis()
-        d:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 20, "results recorded")
+        d:wait_until(function() return w:all_retained(ids) and w:pending() == 0 end, 20, "results recorded")
         for _, id in ipairs(ids) do
             assert.matches("^succeeded:1:" .. TOKEN .. "$", w:inv(id)["wa/sleep"])
         end

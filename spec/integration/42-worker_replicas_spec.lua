@@ -1,29 +1,13 @@
 -- `relay run` with several replicas and against outside interference with
 -- the stream (replicas sharing the stream, zombie fencing, the consumer guard), on the test
 -- build's compressed constants. Real redis-server, real runc.
-local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
-local fs = require("relay.fs")
 local loop = require("relay.core.loop")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-local compressed = build.test_constants
-local maybe = (usable and compressed) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
 
 local TOKEN = "[0-9a-f]+%.%d+"
-
-
-local function all_retained(w, ids, label)
-    for _, id in ipairs(ids) do
-        local inv = w:inv(id)
-        if not inv["~retained"] or (label and not inv[label]) then
-            return false
-        end
-    end
-    return true
-end
 
 
 local function missing_total(w)
@@ -34,12 +18,7 @@ end
 maybe("relay run replicas and stream interference #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("never overlaps two runs of one invocation across 3 replicas racing to reclaim (R9)", function()
         w = world.new()
@@ -66,7 +45,7 @@ maybe("relay run replicas and stream interference #compressed", function()
             end
         end)
         local t0 = loop.monotonic()
-        ds[1]:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 120, "everything settled")
+        ds[1]:wait_until(function() return w:all_retained(ids) and w:pending() == 0 end, 120, "everything settled")
         watching = false
         local took = loop.monotonic() - t0
 
@@ -124,8 +103,7 @@ maybe("relay run replicas and stream interference #compressed", function()
 
     it("counts pending entries deleted before the ACK exactly once, live and across a restart (R11)", function()
         w = world.new()
-        local d1 = w:daemon("c1")
-        w:ready(d1)
+        local d1 = w:started("c1")
         local ids = {}
         for i = 1, 3 do
             ids[i] = w:publish(string.format('{"t":"sleep","s":2,"i":%d}', i))
@@ -133,7 +111,7 @@ maybe("relay run replicas and stream interference #compressed", function()
         d1:wait_until(function() return #d1:runs("start") == 3 end, 10, "three running")
         assert.are.equal(2, w:call("XDEL", "events", ids[1], ids[2]))
         d1:wait_until(function() return #d1:runs("end") == 3 and w:pending() == 0 end, 15, "PEL drained")
-        d1:wait_until(function() return all_retained(w, ids) end, 5, "states retained")
+        d1:wait_until(function() return w:all_retained(ids) end, 5, "states retained")
         assert.are.equal(2, missing_total(w))
         assert.is_true(d1:count("no body") >= 1)
         -- the loss was settled (and the state retained) while the handlers
@@ -153,9 +131,8 @@ maybe("relay run replicas and stream interference #compressed", function()
         d1:wait_until(function() return #d1:runs("start") == 5 end, 10, "two more running")
         d1:kill9()
         assert.are.equal(1, w:call("XDEL", "events", more[1]))
-        local d2 = w:daemon("c1")
-        w:ready(d2)
-        d2:wait_until(function() return w:pending() == 0 and all_retained(w, { more[2] }) end, 20, "PEL drained")
+        local d2 = w:started("c1")
+        d2:wait_until(function() return w:pending() == 0 and w:all_retained({ more[2] }) end, 20, "PEL drained")
         loop.sleep(1)  -- more sweeps: nothing is counted twice
         assert.are.equal(3, missing_total(w))
         assert.are.equal(0, w:pending())
@@ -169,8 +146,7 @@ maybe("relay run replicas and stream interference #compressed", function()
 
     it("recreates a destroyed group and a deleted stream mid-BLOCK without a hot loop (R13)", function()
         w = world.new()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local first = w:publish('{"t":"ok"}')
         d:wait_until(function() return w:inv(first)["~retained"] end, 15, "a first message")
 

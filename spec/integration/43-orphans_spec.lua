@@ -1,20 +1,20 @@
 -- No container outlives its deadline or its daemon (issue 12, items 1 and
 -- 9), on the test build's compressed constants (grace 0.5 s, heartbeat TTL
 -- 1 s): a SIGKILLed daemon's containers die with it (runc and bwrap); a
--- frozen daemon's container dies at timeout + grace all the same; a daemon
--- removes what a dead consumer on this host left behind, never what a live
--- one owns; and a handler's own exit status 137 is told from a SIGKILL.
+-- frozen daemon's container dies at timeout + grace all the same, and no
+-- next attempt starts before that (its lease), unless a daemon on its host
+-- found the holder dead and removed its containers; a daemon removes what a
+-- dead consumer on this host left behind, never what a live one owns; and a
+-- handler's own exit status 137 is told from a SIGKILL.
 -- Real redis-server, runc and bwrap.
-local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local root = fs.geteuid() == 0 and runtime.cgroup_mode() ~= nil
-local maybe = (root and fs.which("runc") and build.test_constants) and describe or pending
-local maybe_bwrap = (root and fs.which("bwrap") and build.test_constants) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
+local maybe_bwrap = world.usable({ tools = { "bwrap" }, compressed = true }) and describe or pending
 
 local APPS = world.APPS:gsub("/worker%-apps$", "/orphan-apps")
 local SIGSTOP, SIGCONT = 19, 18
@@ -26,6 +26,18 @@ local seq = 0
 local function unique_seconds(whole)
     seq = seq + 1
     return string.format("%d.%d%d", whole, loop.getpid(), seq)
+end
+
+
+--- Starts daemon c1 (env: more variables) and one `kind` handler on it
+-- that sleeps unique_seconds(whole). Returns the daemon, the message id and
+-- the handler's command line ("sleep <seconds>").
+local function one_running(w, kind, whole, env)
+    local secs = unique_seconds(whole)
+    local d = w:started("c1", env)
+    local id = w:publish(string.format('{"t":"%s","s":%s}', kind, secs))
+    d:wait_until(function() return #d:runs("start") == 1 end, 10, "the handler's start")
+    return d, id, "sleep " .. secs
 end
 
 
@@ -94,6 +106,22 @@ local function cgroup_leaves(state_dir, consumer)
 end
 
 
+--- A handler that exits 137 itself and one killed by SIGKILL, both
+-- dead-lettered, each with its own reason.
+local function assert_137_told_apart(w, runtime_name)
+    local d = w:started("c1", { RELAY_RUNTIME = runtime_name })
+    local exited = w:publish('{"t":"exit137"}')
+    local killed = w:publish('{"t":"selfkill"}')
+    d:wait_until(function() return #w:dlq() == 2 end, 15, "two dead letters")
+    local reasons = {}
+    for _, e in ipairs(w:dlq()) do
+        reasons[e.fields.original_id] = e.fields.reason
+    end
+    assert.are.equal("exit status 137", reasons[exited])
+    assert.are.equal("killed by signal 9", reasons[killed])
+end
+
+
 maybe("orphaned containers (runc) #compressed", function()
     local w, frozen
 
@@ -102,21 +130,14 @@ maybe("orphaned containers (runc) #compressed", function()
             fs.kill(frozen, SIGCONT)
             frozen = nil
         end
-        if w then
-            w:close()
-            w = nil
-        end
+        w = world.close(w)
     end)
 
     it("kills a SIGKILLed daemon's containers at once; the next attempt runs alone", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local sleep = "sleep " .. secs
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        local id = w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
+        local d1, id, sleep = one_running(w, "sleep", 20)
         assert.are.equal(1, #runc_runs(w.state_dir, w:consumer("c1")))
+        local instance = w:inv(id)["oa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
         d1:kill9()
         -- runc and the container were not in the daemon's process group:
         -- only the daemon's death itself can have ended them
@@ -124,8 +145,11 @@ maybe("orphaned containers (runc) #compressed", function()
         daemon.wait_until(function() return #runc_runs(w.state_dir, w:consumer("c1")) == 0 end, 5,
             "runc to clean up after its container")
 
-        local d2 = w:daemon("c2")
-        w:ready(d2)
+        -- another name on the same host: its start-up sweep of the dead
+        -- consumer's root declares the instance dead, so the next attempt
+        -- does not wait out the lease (31 s)
+        local d2 = w:started("c2")
+        assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the dead instance is not recorded")
         d2:wait_until(function() return #d2:runs("start") == 1 end, 10, "the next attempt")
         local starts = starts_of({ d1, d2 }, id, "oa/sleep")
         assert.are.same({ 1, 2 }, { starts[1].attempt, starts[2].attempt })
@@ -137,12 +161,7 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("kills a frozen daemon's container at timeout + grace, and the daemon reports the timeout", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(30)
-        local sleep = "sleep " .. secs
-        local d = w:daemon("c1")
-        w:ready(d)
-        local id = w:publish(string.format('{"t":"hang","s":%s}', secs))
-        d:wait_until(function() return #d:runs("start") == 1 end, 10, "the handler's start")
+        local d, id, sleep = one_running(w, "hang", 30)
         frozen = d.pid
         fs.kill(d.pid, SIGSTOP)
         -- 1 s timeout + 0.5 s grace from the spawn (before the start line):
@@ -157,52 +176,52 @@ maybe("orphaned containers (runc) #compressed", function()
         assert.are.same({}, runc_list(w.state_dir, w:consumer("c1")))
     end)
 
-    -- Pending: a frozen (or cut off) daemon's instance key lapses while its
-    -- container still runs, and TryStart charges the attempt as lost at
-    -- once; the next attempt then overlaps the container (about 4 s here).
-    -- It passes once TryStart starts no next attempt before the lost one's
-    -- lease has ended (relay-init ends the container by then), which this
-    -- suite's other recoveries must not pay when the holder is known dead.
-    pending("never starts the next attempt while a frozen daemon's container may still run", function()
+    it("never starts the next attempt while a frozen daemon's container may still run", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local sleep = "sleep " .. secs
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        local id = w:publish(string.format('{"t":"long","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
-        -- frozen, not dead: its heartbeat lapses, its container runs on (6 s
-        -- timeout: longer than the heartbeat TTL, MinPendingIdle and the
-        -- first backoff step together)
+        local d1, _, sleep = one_running(w, "long", 20)
+        local first = daemon.procs_matching(sleep)
+        assert.are.equal(1, #first)
+        -- frozen, not dead: its heartbeat lapses while its container runs
+        -- on (6 s timeout: longer than the heartbeat TTL, MinPendingIdle
+        -- and the first backoff step together), and nothing on this host
+        -- can say it is dead
         frozen = d1.pid
         fs.kill(d1.pid, SIGSTOP)
-        local d2 = w:daemon("c2")
-        w:ready(d2)
-        -- the other replica charges the attempt as lost, and the next one
-        -- waits until the container can no longer run (its lease)
-        d2:wait_until(function() return (w:inv(id)["oa/long"] or ""):find("^waiting:1:") end, 10,
-            "the lost attempt charged")
-        local gone_at
+        local d2 = w:started("c2")
+        -- the start is looked at before the container: seen alive after
+        -- the start line, the two overlapped
+        local gone_at, overlapped
         d2:wait_until(function()
-            if not gone_at and #daemon.procs_matching(sleep) == 0 then
-                gone_at = loop.now_ms()
-            end
-            return #d2:runs("start") == 1
-        end, 20, "the next attempt")
-        assert.is_truthy(gone_at, "attempt 2 started while attempt 1's container ran")
-        assert.is_true(gone_at <= d2:runs("start")[1].us / 1000)
+            local started = #d2:runs("start") == 1
+            local alive = fs.exists("/proc/" .. first[1])
+            overlapped = overlapped or (started and alive)
+            gone_at = gone_at or (not alive and loop.now_ms()) or nil
+            return started
+        end, 30, "the next attempt")
+        assert.is_falsy(overlapped, "attempt 2 started while attempt 1's container ran")
+        assert.is_true(gone_at <= d2:runs("start")[1].us / 1000, "attempt 2 started before attempt 1 ended")
+        assert.are.equal(2, d2:runs("start")[1].attempt)
         fs.kill(d1.pid, SIGCONT)
         frozen = nil
     end)
 
+    it("charges a killed daemon's attempt before its lease ends once its host confirmed it dead", function()
+        w = world.new({ apps = APPS })
+        -- 30 s timeout: the attempt's lease ends 31 s after its claim
+        local d1, id = one_running(w, "sleep", 20)
+        local instance = w:inv(id)["oa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
+        d1:kill9()
+        -- the same name on the same host: it takes the name over from the
+        -- dead process and removes what that process left in its root
+        local d2 = w:started("c1")
+        assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the dead instance is not recorded")
+        d2:wait_until(function() return #d2:runs("start") == 1 end, 15, "the next attempt, long before the lease")
+        assert.are.equal(2, d2:runs("start")[1].attempt)
+    end)
+
     it("removes a dead consumer's leftovers on this host at start", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(20)
-        local sleep = "sleep " .. secs
-        local d1 = w:daemon("c1")
-        w:ready(d1)
-        w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d1:wait_until(function() return #d1:runs("start") == 1 end, 10, "the handler's start")
+        local d1, _, sleep = one_running(w, "sleep", 20)
         -- a crash of the daemon and of its runc: nobody is left to clean up
         -- (runc frozen first, or it would clean up after its container)
         local runs = runc_runs(w.state_dir, w:consumer("c1"))
@@ -213,8 +232,7 @@ maybe("orphaned containers (runc) #compressed", function()
         daemon.wait_until(function() return not fs.exists("/proc/" .. runs[1]) end, 5, "runc's exit")
         assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1")))
 
-        local d2 = w:daemon("c2")
-        w:ready(d2)
+        local d2 = w:started("c2")
         assert.are.same({}, runc_list(w.state_dir, w:consumer("c1")))
         wait_gone(sleep, 2, "the dead consumer's container")
         assert.are.same({}, fs.list(root_dir(w.state_dir, w:consumer("c1")) .. "/bundles/oa") or {})
@@ -227,15 +245,12 @@ maybe("orphaned containers (runc) #compressed", function()
         local secs = unique_seconds(20)
         local sleep = "sleep " .. secs
         -- a daemon of another stream: its consumer key is not in this stream
-        local other = w:daemon("c1", { REDIS_STREAM = "other" })
-        w:ready(other)
+        local other = w:started("c1", { REDIS_STREAM = "other" })
         w:publish(string.format('{"t":"sleep","s":%s}', secs), "other")
         other:wait_until(function() return #other:runs("start") == 1 end, 10, "the other stream's handler")
         -- the same consumer name on this stream has a runtime root of its own
-        local same = w:daemon("c1")
-        w:ready(same)
-        local fresh = w:daemon("c2")
-        w:ready(fresh)
+        local same = w:started("c1")
+        local fresh = w:started("c2")
         -- both swept at start, before "relay started"
         assert.are.equal(1, #daemon.procs_matching(sleep))
         assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1"), "other"))
@@ -247,17 +262,7 @@ maybe("orphaned containers (runc) #compressed", function()
 
     it("tells a handler's exit status 137 from a SIGKILL in the dead letter", function()
         w = world.new({ apps = APPS })
-        local d = w:daemon("c1")
-        w:ready(d)
-        local exited = w:publish('{"t":"exit137"}')
-        local killed = w:publish('{"t":"selfkill"}')
-        d:wait_until(function() return #w:dlq() == 2 end, 15, "two dead letters")
-        local reasons = {}
-        for _, e in ipairs(w:dlq()) do
-            reasons[e.fields.original_id] = e.fields.reason
-        end
-        assert.are.equal("exit status 137", reasons[exited])
-        assert.are.equal("killed by signal 9", reasons[killed])
+        assert_137_told_apart(w, "runc")
     end)
 end)
 
@@ -265,37 +270,17 @@ end)
 maybe_bwrap("orphaned sandboxes (bwrap) #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("kills a SIGKILLed daemon's sandboxes at once (--die-with-parent)", function()
         w = world.new({ apps = APPS })
-        local secs = unique_seconds(21)
-        local sleep = "sleep " .. secs
-        local d = w:daemon("c1", { RELAY_RUNTIME = "bwrap" })
-        w:ready(d)
-        w:publish(string.format('{"t":"sleep","s":%s}', secs))
-        d:wait_until(function() return #d:runs("start") == 1 end, 10, "the handler's start")
+        local d, _, sleep = one_running(w, "sleep", 21, { RELAY_RUNTIME = "bwrap" })
         d:kill9()
         wait_gone(sleep, 2, "the sandbox to die with its daemon")
     end)
 
     it("tells a handler's exit status 137 from a SIGKILL in the dead letter", function()
         w = world.new({ apps = APPS })
-        local d = w:daemon("c1", { RELAY_RUNTIME = "bwrap" })
-        w:ready(d)
-        local exited = w:publish('{"t":"exit137"}')
-        local killed = w:publish('{"t":"selfkill"}')
-        d:wait_until(function() return #w:dlq() == 2 end, 15, "two dead letters")
-        local reasons = {}
-        for _, e in ipairs(w:dlq()) do
-            reasons[e.fields.original_id] = e.fields.reason
-        end
-        assert.are.equal("exit status 137", reasons[exited])
-        assert.are.equal("killed by signal 9", reasons[killed])
+        assert_137_told_apart(w, "bwrap")
     end)
 end)

@@ -9,12 +9,7 @@ local world = require("helpers.world")
 describe("the worker #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("warns once at start when the apps directory holds no app", function()
         local empty = daemon.tmpdir("empty-apps")
@@ -35,8 +30,7 @@ describe("the worker #compressed", function()
             w:publish('{"t":"nothing","i":' .. i .. "}")
         end
         local pending_id = w:publish('{"t":"ok"}')
-        local d = w:daemon("t1", { RELAY_RETENTION = "1s" })
-        w:ready(d)
+        local d = w:started("t1", { RELAY_RETENTION = "1s" })
         d:wait_until(function() return w:pending() == 1 end, 10, "unmatched acked, one pending")
         -- a second group that has not read anything keeps every entry it has not seen
         d:wait_until(function()
@@ -54,8 +48,7 @@ describe("the worker #compressed", function()
 
     it("treats OOM replies as infrastructure: no ACK, no DLQ until Redis accepts writes", function()
         w = world.new()
-        local d = w:daemon("o1")
-        w:ready(d)
+        local d = w:started("o1")
         w:call("CONFIG", "SET", "maxmemory", "1")
         local refused = pcall(w.publish, w, '{"t":"exit3"}')
         assert.is_false(refused)  -- the producer is refused too

@@ -3,16 +3,13 @@
 -- not, nothing starts and the claim is given back uncharged, then taken
 -- again once they do. Test build (compressed constants: the retry comes
 -- after one slot wait), real redis-server pair and runc.
-local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local redis_server = require("helpers.redis")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-local maybe = (usable and build.test_constants) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
 
 local APPS = "spec/fixtures/stall-apps"
 local TOKEN = "[0-9a-f]+%.%d+"
@@ -58,8 +55,7 @@ maybe("relay run with RELAY_CLAIM_WAIT #compressed", function()
     end)
 
     it("starts a claim the replica acknowledged", function()
-        local d = w:daemon("c1", { RELAY_CLAIM_WAIT = "1/300ms" })
-        w:ready(d)
+        local d = w:started("c1", { RELAY_CLAIM_WAIT = "1/300ms" })
         local id = w:publish('{"t":"once"}')
         d:wait_until(function() return w:inv(id)["~retained"] end, 15, "the message settled")
         assert.matches("^succeeded:1:" .. TOKEN .. "$", w:inv(id)["st/once"])
@@ -68,8 +64,7 @@ maybe("relay run with RELAY_CLAIM_WAIT #compressed", function()
     end)
 
     it("starts nothing while the replica does not acknowledge, and charges nothing", function()
-        local d = w:daemon("c1", { RELAY_CLAIM_WAIT = "1/300ms" })
-        w:ready(d)
+        local d = w:started("c1", { RELAY_CLAIM_WAIT = "1/300ms" })
         assert(os.execute("kill -STOP " .. replica:pid()) == 0)
         local id = w:publish('{"t":"once"}')
         d:wait_until(function() return d:count("replicas do not acknowledge claims; nothing starts") == 1 end, 10,

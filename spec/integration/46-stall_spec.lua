@@ -4,15 +4,12 @@
 -- is not running. It takes them back uncharged instead of waiting for the
 -- lease and charging them as lost. Test build (compressed constants), real
 -- redis-server and runc; the client's watchdog is 10 s in every build.
-local build = require("relay.core.build")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-local maybe = (usable and build.test_constants) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
 
 local APPS = "spec/fixtures/stall-apps"
 local WATCHDOG_S = 10
@@ -44,8 +41,7 @@ maybe("relay run after a Redis stall or rollback #compressed", function()
     end)
 
     it("runs an attempt whose TryStart Redis executed after the watchdog reset the connection", function()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local id = w:publish('{"t":"flaky"}')
         d:wait_until(function() return (w:inv(id)["st/flaky"] or ""):find("^waiting:1:") end, 10, "attempt 1 failed")
         -- The retry's TryStart is sent 1 s after the failure (the first
@@ -66,8 +62,7 @@ maybe("relay run after a Redis stall or rollback #compressed", function()
     end)
 
     it("runs again, uncharged, invocations a Redis restart from an older snapshot shows as running", function()
-        local d = w:daemon("c1", { MAX_CONCURRENCY = 4 })
-        w:ready(d)
+        local d = w:started("c1", { MAX_CONCURRENCY = 4 })
         local ids = {}
         for i = 1, 4 do
             ids[i] = w:publish('{"t":"once","s":1.5,"i":' .. i .. '}')

@@ -4,18 +4,15 @@
 -- name is removed by a live replica once idle past the bound, and `relay
 -- status` tells live consumers from dead ones. Test build (compressed
 -- constants), real redis-server and runc.
-local build = require("relay.core.build")
 local cjson = require("cjson")
 local cli = require("helpers.cli")
 local constants = require("relay.constants")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local redis = require("relay.redis")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-local maybe = (usable and build.test_constants) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
 
 local APPS = "spec/fixtures/stall-apps"
 local TOKEN = "[0-9a-f]+%.%d+"
@@ -58,16 +55,14 @@ maybe("relay run with deleted and dead consumers #compressed", function()
     end)
 
     it("re-queues a retry whose consumer was deleted, and it runs to success with its attempts counted", function()
-        local c1 = w:daemon("c1")
-        w:ready(c1)
+        local c1 = w:started("c1")
         local id = w:publish('{"t":"flaky"}')
         c1:wait_until(function() return (w:inv(id)["st/flaky"] or ""):find("^waiting:1:") end, 10, "attempt 1 failed")
         c1:kill9()
         assert(w:call("XGROUP", "DELCONSUMER", "events", "relay", w:consumer("c1")))
         assert.are.equal(0, w:pending())  -- in no pending list: nothing would ever redeliver it
 
-        local c2 = w:daemon("c2")
-        w:ready(c2)
+        local c2 = w:started("c2")
         local new_id = c2:wait_until(function()
             local nid = requeued(w, id)
             return nid and w:inv(nid)["~retained"] and nid
@@ -87,13 +82,11 @@ maybe("relay run with deleted and dead consumers #compressed", function()
     end)
 
     it("removes a dead consumer's name after its entries were taken over; status tells live from dead", function()
-        local c1 = w:daemon("c1")
-        w:ready(c1)
+        local c1 = w:started("c1")
         local id = w:publish('{"t":"slow"}')
         c1:wait_until(function() return (w:inv(id)["st/slow"] or ""):find("^running:") end, 10, "running")
         c1:kill9()
-        local c2 = w:daemon("c2")
-        w:ready(c2)
+        local c2 = w:started("c2")
         local dead, live = w:consumer("c1"), w:consumer("c2")
         local seen = c2:wait_until(function()
             local s = status(w)

@@ -150,6 +150,53 @@ describe("lifecycle transitions on a real redis", function()
         assert.are.same("running", life:try_start(msg, INV, life:token(msg, INV))[2])
     end)
 
+    it("charges another instance's attempt only once its lease is over or its host declared it dead", function()
+        local ids = delivered(4)
+        local life = life_for("i1")
+        alive("i1")
+        alive("live")
+        local far = "99999999999999"
+        assert(r:call("HSET", "relay:events:inv:" .. ids[1], "a/h", "running:1:live.1:" .. far))
+        -- an instance key that lapsed: frozen or cut off, its container may run
+        assert(r:call("HSET", "relay:events:inv:" .. ids[2], "a/h", "running:1:lapsed.1:" .. far))
+        assert(r:call("HSET", "relay:events:inv:" .. ids[3], "a/h", "running:1:dead.1:" .. far))
+        assert(r:call("SET", "relay:events:dead:dead", "1"))
+        assert(r:call("HSET", "relay:events:inv:" .. ids[4], "a/h", "running:1:lapsed.2:1"))
+        local function try(id)
+            local msg = { id = id }
+            return life:try_start(msg, INV, life:token(msg, INV))
+        end
+        assert.are.equal("running", try(ids[1])[2])
+        local waiting = try(ids[2])
+        assert.are.equal("lease", waiting[2])
+        assert.is_true(waiting[3] > 0)
+        assert.matches("^running:1:lapsed%.1:", marker(ids[2]))
+        assert.are.same("lost", try(ids[3])[2])
+        assert.matches("^waiting:1:%d+$", marker(ids[3]))
+        assert.are.same("lost", try(ids[4])[2])
+    end)
+
+    it("declares the holder's instance and dead keys to TryStart", function()
+        local msg = { id = delivered(1)[1] }
+        local declared = {}
+        local client = { call = function(_, argv, ...)
+            if type(argv) == "table" and argv[1] == "EVALSHA" then
+                local keys = {}
+                for i = 4, 3 + argv[3] do
+                    keys[#keys + 1] = argv[i]
+                end
+                declared[#declared + 1] = keys
+            end
+            return r:call(argv, ...)
+        end }
+        local life = life_for("i1", client)
+        assert(r:call("HSET", "relay:events:inv:" .. msg.id, "a/h", "running:1:other.1:99999999999999"))
+        assert.are.equal("lease", life:try_start(msg, INV, life:token(msg, INV))[2])
+        local last = declared[#declared]
+        assert.are.same({ "relay:events:inv:" .. msg.id, "relay:events:dlq", "events",
+            "relay:events:instance:other", "relay:events:dead:other" }, last)
+    end)
+
     it("releases its own strays in the sweep, never a claim it holds or issues meanwhile", function()
         local ids = delivered(3)
         local life = life_for("i1")

@@ -12,10 +12,9 @@ local core_redis = require("relay.core.redis")
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local redis_server = require("helpers.redis")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
+local usable = world.usable()
 local maybe = usable and describe or pending
 local maybe_compressed = (usable and build.test_constants) and describe or pending
 -- ASan's allocator and shadow memory lift the baseline far above release
@@ -49,16 +48,6 @@ local function ran_once(d, ids)
     end
     for _, id in ipairs(ids) do
         if starts[id] ~= 1 then
-            return false
-        end
-    end
-    return true
-end
-
-
-local function all_retained(w, ids)
-    for _, id in ipairs(ids) do
-        if not w:inv(id)["~retained"] then
             return false
         end
     end
@@ -125,12 +114,7 @@ end)
 maybe("oversized entries", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("dead-letters an entry over RELAY_MAX_EVENT_BYTES once with its first 4 KiB and size; its batch runs",
         function()
@@ -138,9 +122,8 @@ maybe("oversized entries", function()
         local big = event_of(50 * 1000 * 1000, "big")
         local ids, big_id = batch_around(w, function() return w:publish(big) end)
         local wide_id = w:xadd("event", '{"t":"ok","tag":"wide"}', "blob", string.rep("y", 3 * MiB))
-        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "1Mi" })
-        w:ready(d)
-        d:wait_until(function() return all_retained(w, ids) and #w:dlq() == 2 and w:pending() == 0 end, 60,
+        local d = w:started("c1", { RELAY_MAX_EVENT_BYTES = "1Mi" })
+        d:wait_until(function() return w:all_retained(ids) and #w:dlq() == 2 and w:pending() == 0 end, 60,
             "the ordinary events run and two dead letters")
         assert.is_true(ran_once(d, ids))
         local dlq = by_original_id(w)
@@ -168,8 +151,7 @@ maybe("oversized entries", function()
 
     it("dead-letters a big entry of its own pending list the same way after a restart", function()
         w = world.new()
-        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "1Mi" })
-        w:ready(d)
+        local d = w:started("c1", { RELAY_MAX_EVENT_BYTES = "1Mi" })
         assert.are.equal(0, d:stop("TERM").code)
         -- delivered to c1 while it was down, as a crash after its read leaves it
         local big = event_of(20 * MiB, "own")
@@ -188,8 +170,7 @@ maybe("oversized entries", function()
 
     it("keeps the DLQ near RELAY_DLQ_MAXLEN (an approximate trim)", function()
         w = world.new()
-        local d = w:daemon("c1", { RELAY_DLQ_MAXLEN = "20" })
-        w:ready(d)
+        local d = w:started("c1", { RELAY_DLQ_MAXLEN = "20" })
         local last
         for i = 1, 250 do
             last = w:publish("not json " .. i)
@@ -206,12 +187,7 @@ end)
 maybe_compressed("poison entries #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("dead-letters an entry that crashed the daemon 5 times, and runs the rest of its batch", function()
         w = world.new()
@@ -231,7 +207,7 @@ maybe_compressed("poison entries #compressed", function()
         until gone == "settled" or crashes > 8
         -- the first read of the batch, then five counted ones
         assert.are.equal(6, crashes)
-        d:wait_until(function() return all_retained(w, { before, after, poison }) and w:pending() == 0 end, 30,
+        d:wait_until(function() return w:all_retained({ before, after, poison }) and w:pending() == 0 end, 30,
             "the batch settled")
         local dlq = w:dlq()
         assert.are.equal(1, #dlq)
@@ -253,12 +229,7 @@ end)
 maybe_measured("daemon memory under large events #memory", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     local function bound(max_event_bytes)
         return 64 * MiB + 4 * max_event_bytes
@@ -267,9 +238,8 @@ maybe_measured("daemon memory under large events #memory", function()
     it("stays under 64 MiB + 4 x RELAY_MAX_EVENT_BYTES with a 50 MB event in its first read", function()
         w = world.new()
         local ids = batch_around(w, function() return w:publish(event_of(50 * 1000 * 1000, "big")) end)
-        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "1Mi" })
-        w:ready(d)
-        d:wait_until(function() return all_retained(w, ids) and #w:dlq() == 1 and w:pending() == 0 end, 60,
+        local d = w:started("c1", { RELAY_MAX_EVENT_BYTES = "1Mi" })
+        d:wait_until(function() return w:all_retained(ids) and #w:dlq() == 1 and w:pending() == 0 end, 60,
             "the batch settled")
         local peak = peak_rss(d.pid)
         print(string.format("\n[47 memory] 50 MB event, RELAY_MAX_EVENT_BYTES=1Mi: daemon VmHWM %.1f MiB (bound %d)",
@@ -284,9 +254,8 @@ maybe_measured("daemon memory under large events #memory", function()
         for i = 1, 60 do
             ids[i] = w:publish(event_of(MiB - 100, tostring(i)))
         end
-        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "1Mi", MAX_CONCURRENCY = "8" })
-        w:ready(d)
-        d:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 120, "every event ran")
+        local d = w:started("c1", { RELAY_MAX_EVENT_BYTES = "1Mi", MAX_CONCURRENCY = "8" })
+        d:wait_until(function() return w:all_retained(ids) and w:pending() == 0 end, 120, "every event ran")
         assert.is_true(ran_once(d, ids))
         assert.are.same({}, w:dlq())
         local peak = peak_rss(d.pid)
@@ -305,9 +274,8 @@ maybe_measured("daemon memory under large events #memory", function()
         for i = 5, 8 do
             ids[#ids + 1] = w:publish(string.format('{"t":"ok","i":%d}', i))
         end
-        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "16Mi" })
-        w:ready(d)
-        d:wait_until(function() return all_retained(w, ids) and #w:dlq() == 1 and w:pending() == 0 end, 120,
+        local d = w:started("c1", { RELAY_MAX_EVENT_BYTES = "16Mi" })
+        d:wait_until(function() return w:all_retained(ids) and #w:dlq() == 1 and w:pending() == 0 end, 120,
             "the batch settled")
         assert.is_true(ran_once(d, ids))
         assert.are.equal(big_id, w:dlq()[1].fields.original_id)

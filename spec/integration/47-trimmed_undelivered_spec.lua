@@ -5,57 +5,16 @@
 -- counter in relay:<stream>:stats), logs it, and corrects the lag.
 local cjson = require("cjson.safe")
 local cli = require("helpers.cli")
+local endpoints = require("helpers.http")
 local core_redis = require("relay.core.redis")
-local fs = require("relay.fs")
-local http = require("relay.core.http")
-local proc = require("relay.core.proc")
 local redis = require("relay.redis")
 local redis_server = require("helpers.redis")
-local runtime = require("relay.runtime")
 local scripts = require("relay.scripts")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-    and fs.which("python3") ~= nil
-local maybe_compressed = (usable and require("relay.core.build").test_constants) and describe or pending
+local maybe_compressed = world.usable({ tools = { "runc", "python3" }, compressed = true }) and describe or pending
 
 local ADD_1000 = "for i = 1, 1000 do redis.call('XADD', KEYS[1], '*', 'event', '{\"t\":\"nobody\"}') end"
-
-local FETCH = [[
-import sys, urllib.request
-sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
-]]
-
-
-local function free_port()
-    local s = assert(http.listen("127.0.0.1", 0, function() return 500, "text/plain", "" end))
-    local port = s:port()
-    s:close()
-    return port
-end
-
-
---- One sample of GET /metrics (python3 fetches it).
-local function metric(port, series)
-    local out = {}
-    local h = assert(proc.spawn({
-        argv = { "python3", "-c", FETCH, "http://127.0.0.1:" .. port .. "/metrics" },
-        timeout = 10,
-        on_line = function(stream, line)
-            if stream == "stdout" then
-                out[#out + 1] = line
-            end
-        end,
-    }))
-    h:wait(15)
-    for _, line in ipairs(out) do
-        local name, value = line:match("^(%S+) (%S+)$")
-        if name == series then
-            return tonumber(value)
-        end
-    end
-    return nil
-end
 
 
 --- The group reads one entry (so Redis keeps its read counter), then 1000
@@ -133,19 +92,13 @@ end)
 maybe_compressed("relay run and entries trimmed before delivery #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("counts them once, in the metric, the fleet counter and the log, and the lag is true again", function()
         w = world.new()
-        local port = free_port()
+        local port = endpoints.free_port()
         local env = { RELAY_METRICS_ADDR = "127.0.0.1:" .. port }
-        local d = w:daemon("c1", env)
-        w:ready(d)
+        local d = w:started("c1", env)
         assert.are.equal(0, d:stop("TERM").code)
         trim_unread(function(...) return w:call(...) end)
         d = w:daemon("c1", env)
@@ -154,7 +107,7 @@ maybe_compressed("relay run and entries trimmed before delivery #compressed", fu
         end, 20, "the trimmed entries counted and the rest read")
         local g = redis.pairs_to_table(w:call("XINFO", "GROUPS", "events")[1])
         assert.are.equal(0, g.lag)
-        assert.are.equal(850, metric(port, "relay_trimmed_undelivered_total"))
+        assert.are.equal(850, endpoints.metric(port, "relay_trimmed_undelivered_total"))
         local logged = d:grep("trimmed from the stream before any consumer read them")
         assert.are.equal(1, #logged)
         assert.matches("count=850", logged[1])

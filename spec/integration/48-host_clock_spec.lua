@@ -7,14 +7,11 @@
 local fs = require("relay.fs")
 local redis = require("relay.redis")
 local rfc3339 = require("relay.rfc3339")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
 local LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-    and fs.exists(LIBFAKETIME)
-local maybe = usable and describe or pending
+local maybe = (world.usable() and fs.exists(LIBFAKETIME)) and describe or pending
 
 local CWD = io.popen("pwd"):read("*l")
 local APPS = CWD .. "/spec/fixtures/clock-apps"
@@ -43,12 +40,7 @@ end
 maybe("now() patterns on a daemon whose clock runs ahead #faketime", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("match on Redis TIME", function()
         w = world.new({ apps = APPS })

@@ -4,15 +4,11 @@
 -- "still failing" line per constants.still_failing_log_ms (a minute; a
 -- second in the test build) and one INFO when it ends. Real redis-server,
 -- real runc, compressed constants.
-local build = require("relay.core.build")
 local constants = require("relay.constants")
-local fs = require("relay.fs")
 local loop = require("relay.core.loop")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-local maybe = (usable and build.test_constants) and describe or pending
+local maybe = world.usable({ compressed = true }) and describe or pending
 
 local PERIOD_S = (constants.still_failing_log_ms or 60000) / 1000
 local WINDOW_S = 3  -- how long each failure is watched
@@ -52,30 +48,14 @@ local function count_matching(lines, pattern)
 end
 
 
-local function all_retained(w, ids)
-    for _, id in ipairs(ids) do
-        if not w:inv(id)["~retained"] then
-            return false
-        end
-    end
-    return true
-end
-
-
 maybe("hot loops #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("backs off while the consumer group cannot be recreated (maxmemory 1)", function()
         w = world.new()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         w:call("CONFIG", "SET", "maxmemory", "1")  -- XGROUP CREATE is refused (OOM), XREADGROUP says NOGROUP
         local from = #d.lines
         w:call("XGROUP", "DESTROY", "events", "relay")
@@ -99,8 +79,7 @@ maybe("hot loops #compressed", function()
 
     it("logs a Redis outage once, once per period while it lasts, and its end", function()
         w = world.new({ redis_args = "--appendonly yes --appendfsync always" })
-        local d = w:daemon("c1", { MAX_CONCURRENCY = 1 })
-        w:ready(d)
+        local d = w:started("c1", { MAX_CONCURRENCY = 1 })
         -- one handler runs across the outage; two wait for the slot and try to
         -- start while Redis is away
         local ids = {}
@@ -114,7 +93,7 @@ maybe("hot loops #compressed", function()
         loop.sleep(WINDOW_S)  -- the outage itself
         w:start_redis()
         local down_s = loop.monotonic() - t0
-        d:wait_until(function() return all_retained(w, ids) and w:pending() == 0 end, 30, "every message done")
+        d:wait_until(function() return w:all_retained(ids) and w:pending() == 0 end, 30, "every message done")
         -- the daemon's outage ends when it has reconnected: up to the
         -- clients' reconnect backoff (5 s) after Redis is back
         local warnings = count_matching(own_lines(d, from), "^%S+ WARN ")
@@ -138,8 +117,7 @@ maybe("hot loops #compressed", function()
 
     it("does not spin when a restart emptied the data set", function()
         w = world.new()
-        local d = w:daemon("c1")
-        w:ready(d)
+        local d = w:started("c1")
         local from, t0 = #d.lines, loop.monotonic()
         w:stop_redis()
         w:start_redis()  -- no AOF: an empty data set, the group gone

@@ -3,54 +3,17 @@
 -- prints 40 MB. Another event's handler still runs promptly, the consumer
 -- heartbeat never lapses, and what the reader could not take is dropped,
 -- counted (relay_log_dropped_total) and said so in the log.
-local build = require("relay.core.build")
 local cli = require("helpers.cli")
-local fs = require("relay.fs")
-local http = require("relay.core.http")
+local endpoints = require("helpers.http")
 local loop = require("relay.core.loop")
-local proc = require("relay.core.proc")
-local runtime = require("relay.runtime")
 local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-    and fs.which("python3") ~= nil and fs.which("bash") ~= nil
-local maybe = (usable and build.test_constants) and describe or pending
+local maybe = world.usable({ tools = { "runc", "python3", "bash" }, compressed = true }) and describe or pending
 
 local CWD = io.popen("pwd"):read("*l")
 local APPS = CWD .. "/spec/fixtures/log-apps"
 local SLOW_STDERR = CWD .. "/spec/fixtures/slow-stderr/run"
 local PROMPT_S = 5  -- a container start under ASan, with room; the stall was 8 s and more
-
-local FETCH = [[
-import sys, urllib.request
-sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
-]]
-
-
-local function free_port()
-    local s = assert(http.listen("127.0.0.1", 0, function() return 500, "text/plain", "" end))
-    local port = s:port()
-    s:close()
-    return port
-end
-
-
---- A sample of GET /metrics, through python3.
-local function metric(port, series)
-    local value
-    local h = assert(proc.spawn({
-        argv = { "python3", "-c", FETCH, "http://127.0.0.1:" .. port .. "/metrics" },
-        timeout = 10,
-        on_line = function(stream, line)
-            local name, v = line:match("^(%S+) (%S+)$")
-            if stream == "stdout" and name == series then
-                value = tonumber(v)
-            end
-        end,
-    }))
-    h:wait(15)
-    return value
-end
 
 
 --- Watches a key's presence every 10 ms until stopped; the number of polls
@@ -73,16 +36,11 @@ end
 maybe("a slow log reader #compressed", function()
     local w
 
-    after_each(function()
-        if w then
-            w:close()
-            w = nil
-        end
-    end)
+    after_each(function() w = world.close(w) end)
 
     it("neither delays other handlers nor lets the heartbeat lapse; drops are counted", function()
         w = world.new({ apps = APPS })
-        local port = free_port()
+        local port = endpoints.free_port()
         local d = w:daemon("c1", { RELAY_REAL_BIN = cli.binary(), RELAY_METRICS_ADDR = "127.0.0.1:" .. port },
             { bin = SLOW_STDERR })
         w:ready(d)
@@ -97,7 +55,7 @@ maybe("a slow log reader #compressed", function()
         d:wait_until(function() return w:inv(flood)["~retained"] end, 60, "the flood's end")
         heartbeat.running = false
         assert.are.equal(0, heartbeat.missing, heartbeat.missing .. " of " .. heartbeat.polls .. " polls")
-        assert.is_true(metric(port, "relay_log_dropped_total") > 0)
+        assert.is_true(endpoints.metric(port, "relay_log_dropped_total") > 0)
         d:wait_until(function() return d:count("log records dropped") > 0 end, 30, "the drop's record")
         assert.are.equal(0, d:stop("TERM", 30).code)
     end)

@@ -5,81 +5,20 @@
 -- every stderr line is a JSON record, and `relay status --json` afterwards.
 local cjson = require("cjson.safe")
 local cli = require("helpers.cli")
-local fs = require("relay.fs")
+local endpoints = require("helpers.http")
 local http = require("relay.core.http")
-local loop = require("relay.core.loop")
+local poll = require("helpers.daemon")
 local proc = require("relay.core.proc")
 local redis_server = require("helpers.redis")
 local runtime = require("relay.runtime")
+local world = require("helpers.world")
 
-local usable = fs.geteuid() == 0 and fs.which("runc") ~= nil and runtime.cgroup_mode() ~= nil
-    and fs.which("python3") ~= nil
+local usable = world.usable({ tools = { "runc", "python3" } })
 
 local CWD = io.popen("pwd"):read("*l")
 local APPS = CWD .. "/spec/fixtures/obs-apps"
 local HOOKS = CWD .. "/spec/fixtures/obs-hooks/record.lua"
 local CONSUMER = "obs-itest"
-
-local FETCH = [[
-import sys, urllib.request, urllib.error
-try:
-    r = urllib.request.urlopen(sys.argv[1], timeout=5)
-    code, body = r.status, r.read()
-    ctype = r.headers["Content-Type"]
-except urllib.error.HTTPError as e:
-    code, body, ctype = e.code, e.read(), e.headers["Content-Type"]
-except Exception as e:
-    code, body, ctype = 0, str(e).encode(), ""
-sys.stdout.write("%d\n%s\n%s" % (code, ctype, body.decode()))
-]]
-
-
-local function free_port()
-    local s = assert(http.listen("127.0.0.1", 0, function() return 500, "text/plain", "" end))
-    local port = s:port()
-    s:close()
-    return port
-end
-
-
---- GET http://127.0.0.1:port/path through python3. @return status, content_type, body
-local function fetch(port, path)
-    local out = {}
-    local h = assert(proc.spawn({
-        argv = { "python3", "-c", FETCH, "http://127.0.0.1:" .. port .. path },
-        timeout = 10,
-        on_line = function(stream, line)
-            if stream == "stdout" then
-                out[#out + 1] = line
-            end
-        end,
-    }))
-    h:wait(15)
-    return tonumber(out[1]), out[2], table.concat(out, "\n", 3) .. "\n"
-end
-
-
-local function sample(body, series)
-    for line in body:gmatch("[^\n]+") do
-        local name, value = line:match("^(%S+) (%S+)$")
-        if name == series then
-            return tonumber(value)
-        end
-    end
-    return nil
-end
-
-
-local function wait_until(seconds, fn)
-    local deadline = loop.monotonic() + seconds
-    while loop.monotonic() < deadline do
-        if fn() then
-            return true
-        end
-        loop.sleep(0.1)
-    end
-    return false
-end
 
 
 local function daemon_env(server, port, extra)
@@ -139,12 +78,12 @@ maybe("observability of the daemon", function()
 
     setup(function()
         server = redis_server.start()
-        port = free_port()
+        port = endpoints.free_port()
         spawned_between = { os.time() }
         daemon = start_daemon(daemon_env(server, port), lines)
         spawned_between[2] = os.time()
-        assert(wait_until(20, function() return fetch(port, "/healthz") == 200 end),
-            "daemon did not become healthy:\n" .. table.concat(lines, "\n"))
+        poll.wait_until(function() return endpoints.get(port, "/healthz") == 200 end, 20,
+            function() return "a healthy daemon:\n" .. table.concat(lines, "\n") end)
         local function xadd(event)
             ids[#ids + 1] = server:cli("XADD events '*' event " .. cli.quote(event))
         end
@@ -152,14 +91,14 @@ maybe("observability of the daemon", function()
             '{"kind":"bad"}', '{"kind":"none"}', '{"kind":"other"}', 'not json' }) do
             xadd(e)
         end
-        assert(wait_until(60, function()
-            local _, _, body = fetch(port, "/metrics")
-            return sample(body, 'relay_attempts_total{app="obs",handler="ok",outcome="succeeded"}') == 3
-                and sample(body, 'relay_dlq_entries_total{app="obs",handler="bad"}') == 1
-                and sample(body, 'relay_dlq_entries_total{app="-",handler="-"}') == 1
-                and sample(body, 'relay_events_total{outcome="unmatched"}') == 2
-        end), "workload did not finish:\n" .. table.concat(lines, "\n"))
-        assert(wait_until(10, function() return server:cli("XPENDING events relay"):match("^0") end))
+        poll.wait_until(function()
+            local _, _, body = endpoints.get(port, "/metrics")
+            return endpoints.sample(body, 'relay_attempts_total{app="obs",handler="ok",outcome="succeeded"}') == 3
+                and endpoints.sample(body, 'relay_dlq_entries_total{app="obs",handler="bad"}') == 1
+                and endpoints.sample(body, 'relay_dlq_entries_total{app="-",handler="-"}') == 1
+                and endpoints.sample(body, 'relay_events_total{outcome="unmatched"}') == 2
+        end, 60, function() return "the workload to finish:\n" .. table.concat(lines, "\n") end)
+        poll.wait_until(function() return server:cli("XPENDING events relay"):match("^0") end, 10, "no pending entry")
     end)
 
     teardown(function()
@@ -174,7 +113,7 @@ maybe("observability of the daemon", function()
     end)
 
     it("serves exact metric values for the workload", function()
-        local status, ctype, body = fetch(port, "/metrics")
+        local status, ctype, body = endpoints.get(port, "/metrics")
         assert.are.equal(200, status)
         assert.are.equal("text/plain; version=0.0.4; charset=utf-8", ctype)
         local want = {
@@ -197,42 +136,42 @@ maybe("observability of the daemon", function()
             relay_group_recreated_total = 0,
         }
         for series, value in pairs(want) do
-            assert.are.equal(value, sample(body, series), series)
+            assert.are.equal(value, endpoints.sample(body, series), series)
         end
-        assert.is_number(sample(body, "relay_reclaimed_total"))
+        assert.is_number(endpoints.sample(body, "relay_reclaimed_total"))
         assert.is_nil(body:find("relay_start_failures_total{", 1, true))
         assert.is_nil(body:find('outcome="timeout"', 1, true))
         assert.is_nil(body:find('outcome="lost"', 1, true))
     end)
 
     it("serves the build info and the standard process metrics of the daemon", function()
-        local _, _, body = fetch(port, "/metrics")
+        local _, _, body = endpoints.get(port, "/metrics")
         local version = cli.run({ "version" }).stdout
         local want_info = string.format('relay_build_info{hiredis="%s",luajit="%s",version="%s"}',
             version:match("\nhiredis (%S+)"), version:match("\nLuaJIT (%S+)"), version:match("^relay (%S+)"))
-        assert.are.equal(1, sample(body, want_info), body)
+        assert.are.equal(1, endpoints.sample(body, want_info), body)
         for _, family in ipairs({ "process_cpu_seconds_total counter", "process_resident_memory_bytes gauge",
             "process_open_fds gauge", "process_start_time_seconds gauge", "relay_build_info gauge" }) do
             assert.truthy(body:find("\n# TYPE " .. family .. "\n", 1, true), family)
         end
-        assert.is_true(sample(body, "process_cpu_seconds_total") > 0)
+        assert.is_true(endpoints.sample(body, "process_cpu_seconds_total") > 0)
         -- the daemon's own figures, read from outside it
         local status = assert(io.open("/proc/" .. daemon.pid .. "/status")):read("*a")
         local rss = tonumber(status:match("\nVmRSS:%s*(%d+) kB")) * 1024
-        assert.is_true(math.abs(sample(body, "process_resident_memory_bytes") - rss) < rss / 2)
-        local fds = #assert(fs.list("/proc/" .. daemon.pid .. "/fd"))
-        assert.is_true(math.abs(sample(body, "process_open_fds") - fds) <= 8,
-            sample(body, "process_open_fds") .. " vs " .. fds)
-        local started = sample(body, "process_start_time_seconds")
+        assert.is_true(math.abs(endpoints.sample(body, "process_resident_memory_bytes") - rss) < rss / 2)
+        local fds = #assert(require("relay.fs").list("/proc/" .. daemon.pid .. "/fd"))
+        assert.is_true(math.abs(endpoints.sample(body, "process_open_fds") - fds) <= 8,
+            endpoints.sample(body, "process_open_fds") .. " vs " .. fds)
+        local started = endpoints.sample(body, "process_start_time_seconds")
         assert.is_true(started >= spawned_between[1] - 2 and started <= spawned_between[2] + 2,
             started .. " not within " .. spawned_between[1] .. ".." .. spawned_between[2])
     end)
 
     it("answers /healthz 200 and unknown paths 404", function()
-        local status, _, body = fetch(port, "/healthz")
+        local status, _, body = endpoints.get(port, "/healthz")
         assert.are.equal(200, status)
         assert.are.equal("ok\n", body)
-        assert.are.equal(404, (fetch(port, "/")))
+        assert.are.equal(404, (endpoints.get(port, "/")))
     end)
 
     it("calls every hook with the documented fields", function()
@@ -356,7 +295,7 @@ maybe("observability of the daemon", function()
         assert.matches("RELAY_METRICS_ADDR=127.0.0.1:%d+: cannot listen on 127.0.0.1:%d+: Address already in use",
             records[#records].msg)
         local broken = {}
-        h = start_daemon(daemon_env(server, free_port(),
+        h = start_daemon(daemon_env(server, endpoints.free_port(),
             { RELAY_HOOKS = CWD .. "/spec/fixtures/obs-hooks/broken.lua" }), broken)
         report = h:wait(30)
         assert.are.equal(2, report.status)

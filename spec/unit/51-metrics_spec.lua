@@ -3,6 +3,7 @@
 local metrics = require("relay.metrics")
 local observe = require("relay.observe")
 local loop = require("relay.core.loop")
+local sample = require("helpers.http").sample
 
 local FAMILIES = {
     relay_events_total = "counter", relay_attempts_total = "counter",
@@ -23,17 +24,6 @@ local function lines_of(text)
         out[#out + 1] = line
     end
     return out
-end
-
-
-local function sample(text, series)
-    for line in text:gmatch("[^\n]+") do
-        local name, value = line:match("^(%S+) (%S+)$")
-        if name == series then
-            return tonumber(value)
-        end
-    end
-    return nil
 end
 
 

@@ -28,6 +28,7 @@
 local duration = require("relay.duration")
 local fcntl = require("posix.fcntl")
 local fs = require("relay.fs")
+local holders = require("relay.runtime.holders")
 local rfc3339 = require("relay.rfc3339")
 local safefs = require("relay.core.safefs")
 
@@ -667,20 +668,25 @@ end
 --- Removes this consumer's orphans (daemon start only; never for invoke)
 -- unless a live process owns the root. opts: drivers (default all), hold
 -- (keep a shared hold afterwards: the daemon), tidy (remove the emptied
--- directories too: a dead consumer). Returns the count, and true when the
--- root was owned by another process.
+-- directories too: a dead consumer). Returns the count, true when the
+-- root was owned by another process, and the daemons that had held it
+-- (runtime.holders: dead, and the containers of these drivers gone).
 function _M.sweep(rt, opts)
     assert(not rt.private, "a private runtime never sweeps")
     opts = opts or {}
     local fd = open_owner_lock(rt.shared_dir)
     if not fd then
-        -- no lock file to be had (a read-only state dir): sweep as before
-        return sweep_drivers(rt, opts.drivers or _M.DRIVERS), false
+        -- no lock file to be had (a read-only state dir): sweep as before,
+        -- with no proof that anyone is dead
+        return sweep_drivers(rt, opts.drivers or _M.DRIVERS), false, {}
     end
     local owned = not set_lock(fd, "exclusive")
-    local ok, n = true, 0
+    local ok, n, dead = true, 0, {}
     if not owned then
         ok, n = pcall(sweep_drivers, rt, opts.drivers or _M.DRIVERS)
+        if ok then
+            dead = holders.take(rt.shared_dir)
+        end
         if ok and opts.tidy then
             tidy(rt)
         end
@@ -694,12 +700,23 @@ function _M.sweep(rt, opts)
     if not ok then
         error(n, 0)
     end
-    return n, owned
+    return n, owned, dead
 end
 
 
---- Whether a consumer root holds anything a sweep would remove.
+--- Records the daemon (stream, instance) that now holds the root: a later
+-- sweep of the root tells other replicas it is dead.
+function _M.record_holder(rt, stream, instance)
+    return holders.record(rt.shared_dir, stream, instance)
+end
+
+
+--- Whether a consumer root holds anything a sweep would remove, or a
+-- holder to be declared dead.
 local function has_leftovers(rt)
+    if holders.any(rt.shared_dir) then
+        return true
+    end
     for _, e in ipairs(fs.list(rt.shared_dir) or {}) do
         if e.dir and (e.name == "runc" or e.name == "bundles" or e.name:match("^invoke%-%d+$")) then
             return true
@@ -718,14 +735,14 @@ end
 -- `rt` may clean: something left in them, holder_dead(consumer, stream)
 -- (the caller's look-up of that stream's consumer key: gone, or a dead pid
 -- on this host) and no live owner (the lock, checked by the sweep itself).
--- Their containers, bundles, dead invokes and empty cgroup leaves go, then
--- the emptied directories, so the next start skips them. runc and bwrap
--- only: docker and podman containers carry their root's label and are
--- removed when that consumer starts again. Returns how many containers
--- were removed.
+-- Their containers (every driver's: docker and podman ones by their root's
+-- label), bundles, dead invokes and empty cgroup leaves go, then the
+-- emptied directories, so the next start skips them. Returns how many
+-- containers were removed, and the daemons that had held the swept roots:
+-- dead, and every container they ran gone.
 function _M.sweep_dead_consumers(rt, holder_dead)
     local state = rt.shared_dir:match("^(.*)/[^/]+$")
-    local n = 0
+    local n, dead = 0, {}
     for _, e in ipairs(fs.list(state) or {}) do
         if e.dir and not e.link and e.name ~= rt.name and e.name:match("^[%w_.+-]+$") then
             local id = read_identity(state .. "/" .. e.name, e.name, rt.identity.stream, rt.identity.group)
@@ -737,11 +754,15 @@ function _M.sweep_dead_consumers(rt, holder_dead)
             local own_legacy = id.legacy and id.consumer == rt.identity.consumer
             if other.name == e.name and has_leftovers(other)
                 and (own_legacy or holder_dead(id.consumer, id.stream)) then
-                n = n + _M.sweep(other, { drivers = { "runc", "bwrap" }, tidy = true })
+                local removed, _, holders_of = _M.sweep(other, { tidy = true })
+                n = n + removed
+                for _, h in ipairs(holders_of) do
+                    dead[#dead + 1] = h
+                end
             end
         end
     end
-    return n
+    return n, dead
 end
 
 
