@@ -211,7 +211,7 @@ end
 --- The TryStart script, called again with the holder's keys declared
 -- when it asks for them ("check": another instance's attempt runs).
 function Lifecycle:try_start_call(msg, args)
-    local key_list = { self.keys.inv(msg.id), self.keys.dlq, self.stream }
+    local key_list = { self.keys.inv(msg.id), self.keys.dlq, self.stream, self.keys.paused }
     for _ = 1, CHECKS do
         local value, err = redis.eval(self.claim_client or self.client, scripts.try_start, key_list, args)
         if value == nil or value[1] ~= "check" then
@@ -219,7 +219,7 @@ function Lifecycle:try_start_call(msg, args)
         end
         local holder = value[2]
         args[5] = holder
-        key_list[4], key_list[5] = self.keys.instance(holder), self.keys.dead(holder)
+        key_list[5], key_list[6] = self.keys.instance(holder), self.keys.dead(holder)
     end
     -- the holder kept changing: someone else is busy with the invocation
     return { "skip", "running", 0 }

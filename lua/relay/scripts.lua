@@ -202,15 +202,18 @@ end
 ]==]
 
 
---- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event), then the
--- instance key and the dead key (relay:<stream>:dead:<instance>) of the
--- holder named in ARGV[5], when one is named. ARGV: field, token, lease_ms,
+--- TryStart. KEYS: inv, dlq, stream (read for a dead letter's event), the
+-- paused set, then the instance key and the dead key
+-- (relay:<stream>:dead:<instance>) of the holder named in ARGV[5], when one
+-- is named. ARGV: field, token, lease_ms,
 -- max_attempts, holder ("" = none), backoff_csv, own ("1": this daemon
 -- holds no other claim on the invocation), then DLQ context pairs.
 -- Returns {"start", attempt, previous_marker} | {"skip", why, wait_ms[, lost attempt]} |
 -- {"exhausted", attempt, dlq_id} (a lost last attempt, dead-lettered now) |
 -- {"check", holder} (an attempt of another instance runs within its lease:
 -- call again with that holder's keys, so that every key is declared).
+-- Nothing starts while the field's app is in the paused set ("paused"):
+-- a pause holds on every replica from the moment it is written.
 -- A `running` marker under this very token is the claim of an earlier
 -- TryStart whose reply was lost (the caller retries with the token of the
 -- unanswered call): it is ours, and starts. One of the caller's own
@@ -229,6 +232,9 @@ local field, token, lease_ms, max_attempts = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local declared, ladder, own = ARGV[5], ARGV[6], ARGV[7] == '1'
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return {'skip', 'retained', 0}
+end
+local function paused()
+    return redis.call('SISMEMBER', KEYS[4], string.match(field, '^([^/]*)/') or field) == 1
 end
 local now = now_ms()
 local marker = redis.call('HGET', inv, field)
@@ -250,6 +256,9 @@ if marker then
     end
     if p[1] == 'running' then
         if p[3] == token or (own and token_instance(p[3]) == token_instance(token)) then
+            if paused() then
+                return {'skip', 'paused', 0}
+            end
             return claim(attempt, uncharged(attempt, now))
         end
         local lease_left = tonumber(p[4]) - now
@@ -258,8 +267,8 @@ if marker then
             if holder ~= '' and holder ~= declared then
                 return {'check', holder}
             end
-            if holder == '' or redis.call('EXISTS', KEYS[5]) == 0 then
-                local alive = holder ~= '' and redis.call('EXISTS', KEYS[4]) == 1
+            if holder == '' or redis.call('EXISTS', KEYS[6]) == 0 then
+                local alive = holder ~= '' and redis.call('EXISTS', KEYS[5]) == 1
                 return {'skip', alive and 'running' or 'lease', lease_left}
             end
         end
@@ -276,6 +285,9 @@ if marker then
     if p[1] == 'waiting' and now < tonumber(p[3]) then
         return {'skip', 'waiting', tonumber(p[3]) - now}
     end
+end
+if paused() then
+    return {'skip', 'paused', 0}
 end
 return claim(attempt + 1, marker)
 ]==]
@@ -648,7 +660,7 @@ return {'claimed', claimed}
 -- instance_prefix, then DLQ pairs.
 -- Returns {"exhausted", dlq_id}, "terminal", "running" or {"declare", instance key}.
 _M.exhaust = PRELUDE .. [==[
-local inv, dlq = KEYS[1], KEYS[2]
+local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
 local field, reason, instance_prefix = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return 'terminal'

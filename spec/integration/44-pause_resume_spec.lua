@@ -49,6 +49,20 @@ describe("relay app pause / resume", function()
         assert.are.same({ 0, "wb paused\n" }, { r.code, r.stdout })
     end)
 
+    it("holds an event published right after the pause, before any replica looked", function()
+        local d = w:daemon("p1")
+        w:ready(d)
+        assert.are.equal(0, run({ "app", "pause", "wb" }, world.APPS).code)
+        local held = w:publish('{"t":"b-ok"}')
+        local other = w:publish('{"t":"ok"}')
+        d:wait_until(function() return w:inv(other)["~retained"] end, 15, "a message of another app")
+        assert.are.same({}, w:inv(held))
+        assert.is_truthy(w:pending_entries()[held], "the paused app's message is held")
+        for _, run_of in ipairs(d:runs("start")) do
+            assert.are_not.equal(held, run_of.id)
+        end
+    end)
+
     it("runs a resumed app's held messages within seconds", function()
         local d = w:daemon("h1")
         w:ready(d)

@@ -193,8 +193,22 @@ describe("lifecycle transitions on a real redis", function()
         assert(r:call("HSET", "relay:events:inv:" .. msg.id, "a/h", "running:1:other.1:99999999999999"))
         assert.are.equal("lease", life:try_start(msg, INV, life:token(msg, INV))[2])
         local last = declared[#declared]
-        assert.are.same({ "relay:events:inv:" .. msg.id, "relay:events:dlq", "events",
+        assert.are.same({ "relay:events:inv:" .. msg.id, "relay:events:dlq", "events", "relay:events:paused",
             "relay:events:instance:other", "relay:events:dead:other" }, last)
+    end)
+
+    it("starts nothing of a paused app from the moment the pause is written", function()
+        local ids = delivered(2)
+        local life = life_for("i1")
+        alive("i1")
+        assert(r:call("SADD", "relay:events:paused", "a"))
+        assert.are.same({ "skip", "paused", 0 }, life:try_start({ id = ids[1] }, INV, life:token({ id = ids[1] }, INV)))
+        assert.is_nil(marker(ids[1]))
+        -- an attempt of its own left running (a retry of an unanswered claim) waits too
+        assert(r:call("HSET", "relay:events:inv:" .. ids[2], "a/h", "running:1:i1.77:99999999999999"))
+        assert.are.same({ "skip", "paused", 0 }, life:try_start({ id = ids[2] }, INV, "i1.77"))
+        assert(r:call("SREM", "relay:events:paused", "a"))
+        assert.are.same({ "start", 1, "" }, life:try_start({ id = ids[1] }, INV, life:token({ id = ids[1] }, INV)))
     end)
 
     it("releases its own strays in the sweep, never a claim it holds or issues meanwhile", function()
