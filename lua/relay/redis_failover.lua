@@ -8,7 +8,10 @@
 -- it is sent again on the new primary; after a lost connection the command
 -- may have run, so its error goes back to the caller, whose retries are
 -- made for that (tokens, idempotent scripts), and only later commands go
--- to the new primary.
+-- to the new primary. Besides, a watcher asks the Sentinels every
+-- WATCH_EVERY_S, so a switch is followed even while every command still
+-- succeeds on the old primary: the binding has no pub/sub for Sentinel's
+-- +switch-master message, and this asks the same question it answers.
 local loop = require("relay.core.loop")
 local sentinel = require("relay.redis_sentinel")
 
@@ -20,6 +23,7 @@ Client.__index = Client
 local LOOK_EVERY_S = 0.5  -- a dead primary fails every command: ask the Sentinels at most this often
 local WAIT_S = 0.02  -- how often a task looks whether another one's look is done
 local RETIRE_S = 5  -- a replaced connection is closed once its commands have had their replies
+_M.WATCH_EVERY_S = 2
 
 
 --- connect(addr) → core client | nil, err. @return client | nil, err, kind
@@ -28,8 +32,17 @@ function _M.connect(addr, connect)
     if not inner then
         return nil, node_or_err, kind
     end
-    return setmetatable({ inner = inner, addr = addr, node = node_or_err, connect = connect, retired_reconnects = 0,
-        looked_at = 0 }, Client)
+    local self = setmetatable({ inner = inner, addr = addr, node = node_or_err, connect = connect,
+        retired_reconnects = 0, looked_at = 0 }, Client)
+    loop.spawn(function()
+        while not self.closed do
+            loop.sleep(_M.WATCH_EVERY_S)
+            if not self.closed then
+                self:follow()
+            end
+        end
+    end)
+    return self
 end
 
 
@@ -114,6 +127,7 @@ end
 
 
 function Client:close()
+    self.closed = true
     self.inner:close()
 end
 
