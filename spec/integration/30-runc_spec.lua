@@ -161,6 +161,15 @@ maybe("runc driver", function()
         end
     end)
 
+    it("refuses an --event that is not a JSON object, as publish does, before any container", function()
+        for _, bad in ipairs({ "{bad", "[1,2]", '{"a":1} trailing' }) do
+            local r = invoke_cli("probe", "env", bad)
+            assert.are.equal(2, r.code, bad)
+            assert.matches("^relay: not a valid event: ", r.stderr)
+            assert.are.equal("", r.stdout)
+        end
+    end)
+
     it("gives the handler its event on stdin and the environment contract", function()
         local r = invoke_cli("probe", "env", '{"t":"x","n":1}')
         assert.are.equal(0, r.code, r.stderr)

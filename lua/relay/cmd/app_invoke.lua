@@ -117,6 +117,13 @@ function _M.execute(args)
         exit.negative(string.format("app %s has no handler %s", app.name, args.handler))
     end
     local stdin = read_event(args)
+    if args.event or args.event_file then
+        -- what `relay publish` would refuse never reaches a handler either
+        local ok, reason = require("relay.core.matcher").validate_object(stdin, cfg.max_event_bytes)
+        if not ok then
+            exit.usage("not a valid event: " .. reason)
+        end
+    end
 
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
         consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, private = true,
