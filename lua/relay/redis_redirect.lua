@@ -125,30 +125,7 @@ function Client:send(method, ...)
 end
 
 
-function Client:call(...)
-    return self:send("call", ...)
-end
-
-
-function Client:call_timeout(...)
-    return self:send("call_timeout", ...)
-end
-
-
-function Client:connected()
-    return self.inner:connected()
-end
-
-
---- The core client's info, reconnects counted across the connections replaced.
-function Client:info()
-    local info = {}
-    for k, v in pairs(self.inner:info()) do
-        info[k] = v
-    end
-    info.reconnects = (info.reconnects or 0) + self.retired_reconnects
-    return info
-end
+require("relay.redis_wrapping").install(Client)
 
 
 function Client:close()
