@@ -123,9 +123,15 @@ function World:call(...)
 end
 
 
---- XADD events * event <text>; returns the id.
+--- XADD events * event <text>; returns the id. A generous timeout: a
+-- loaded host takes longer than the client's default 10 s to write a
+-- 200 MB event.
 function World:publish(event, stream)
-    return self:call("XADD", stream or "events", "*", "event", event)
+    local id, err = self.r:call_timeout(120, "XADD", stream or "events", "*", "event", event)
+    if id == nil then
+        error("redis XADD: " .. tostring(err), 2)
+    end
+    return id
 end
 
 
