@@ -66,6 +66,9 @@ local INFLIGHT_BYTES = 4 * MiB
 local LOCAL_RETRY_BYTES = 4 * MiB
 local COLLECT_AFTER_BYTES = 4 * MiB
 local LARGE_EVENT_BYTES = 1 * MiB
+-- After a read whose entries were too large for the wanted batch (or a
+-- reply too large), reads that fit before a read asks for it again.
+local GROW_AFTER_READS = 100
 local POISON_CRASHES = 5  -- docs/lifecycle.md
 local TOO_LARGE = "reply too large"  -- relay.core.redis, a reply over the client's cap
 
@@ -118,6 +121,7 @@ local function new_worker(cfg, c)
     self.settlers = sync.semaphore(SETTLERS)
     self.limits = read_limits(cfg)
     self.read_count = self.limits.count  -- nothing seen yet: the count that always fits
+    self.fitting_reads = GROW_AFTER_READS  -- no overflow yet: the first small read earns the wanted batch
     self.event_bytes = sync.budget(self.limits.reply + INFLIGHT_BYTES + cfg.max_event_bytes)
     self.local_retry_bytes = 0
     self.read_bytes = 0
@@ -296,19 +300,21 @@ function Worker:count_read(entries)
 end
 
 
---- The COUNT of the next read of new entries: the wanted batch while the
--- largest entry of the last one says that many such entries fit under the
--- reply cap, the count that always fits otherwise. A guess, not a promise:
--- larger entries arriving after small ones make a reply too large, which
--- read_new already survives (the entries are taken from the pending list)
--- and which drops the count back to the safe one.
+--- The COUNT of the next read of new entries: the wanted batch once
+-- GROW_AFTER_READS reads in a row had a largest entry small enough for
+-- that many such entries to fit under the reply cap, the count that always
+-- fits otherwise. A guess, not a promise: larger entries arriving after
+-- small ones make a reply too large, which read_new survives (the entries
+-- are taken from the pending list) and which restarts the count of reads;
+-- so a stream mixing sizes pays that reset rarely, not every other read.
 function Worker:next_read_count(largest_entry_cost)
     local l = self.limits
-    local room = l.reply - REPLY_SLACK_BYTES
-    if largest_entry_cost * l.wanted_count <= room then
-        return l.wanted_count
+    if largest_entry_cost * l.wanted_count <= l.reply - REPLY_SLACK_BYTES then
+        self.fitting_reads = self.fitting_reads + 1
+    else
+        self.fitting_reads = 0
     end
-    return l.count
+    return self.fitting_reads >= GROW_AFTER_READS and l.wanted_count or l.count
 end
 
 
@@ -548,7 +554,7 @@ function Worker:read_new(delay)
     self:await_room()
     local reply, err, kind = self:read()
     if reply == nil and tostring(err):find(TOO_LARGE, 1, true) then
-        self.read_count = self.limits.count
+        self.read_count, self.fitting_reads = self.limits.count, 0
         log.warn("new entries too large to read at once; taking them from the pending list",
             { error = err, after = self.last_read })
         return self:read_own_pending(delay, self.last_read)

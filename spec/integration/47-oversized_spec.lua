@@ -195,9 +195,16 @@ maybe("oversized entries", function()
         d:wait_until(settled(3), 30, "the small events acknowledged")
         -- 16 unmatched events of 700 KiB in one step, so that one read finds them all: 8 (the count that
         -- always fits 1 MiB events) fit under the reply cap, 16 (the batch small entries earned) do not
-        w:call("EVAL", "for i = 1, 16 do redis.call('XADD', KEYS[1], '*', 'event', "
-            .. "'{\"t\":\"none\",\"pad\":\"' .. string.rep('x', 700 * 1024) .. '\"}') end return 1", 1, "events")
+        local burst = "for i = 1, 16 do redis.call('XADD', KEYS[1], '*', 'event', "
+            .. "'{\"t\":\"none\",\"pad\":\"' .. string.rep('x', 700 * 1024) .. '\"}') end return 1"
+        w:call("EVAL", burst, 1, "events")
         d:wait_until(settled(19), 60, "the large events acknowledged")
+        assert.are.equal(1, d:count("too large to read at once"))
+        -- one small read after an overflow does not earn the larger batch back: the next burst fits
+        w:publish('{"t":"none","i":4}')
+        d:wait_until(settled(20), 30, "the small event acknowledged")
+        w:call("EVAL", burst, 1, "events")
+        d:wait_until(settled(36), 60, "the second burst acknowledged")
         assert.are.equal(1, d:count("too large to read at once"))
         assert.are.same({}, w:dlq())
         assert.is_true(d:alive())
