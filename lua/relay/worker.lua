@@ -67,6 +67,9 @@ local INFLIGHT_BYTES = 4 * MiB
 local LOCAL_RETRY_BYTES = 4 * MiB
 local COLLECT_AFTER_BYTES = 4 * MiB
 local LARGE_EVENT_BYTES = 1 * MiB
+-- After a read whose entries were too large for the wanted batch (or a
+-- reply too large), reads that fit before a read asks for it again.
+local GROW_AFTER_READS = 100
 local POISON_CRASHES = 5  -- docs/lifecycle.md
 local TOO_LARGE = "reply too large"  -- relay.core.redis, a reply over the client's cap
 
@@ -83,11 +86,16 @@ end
 
 --- What one read may return: COUNT entries of at most the entry limit
 -- each within the read budget, and the reply cap of the daemon's clients.
+-- wanted_count is the batch a read of new entries asks for when the
+-- entries seen last are small enough for that many to fit under the same
+-- cap (Worker:next_read_count): with the default 1 MiB event limit only 8
+-- worst-case entries fit, and halving every batch for events of a few
+-- hundred bytes doubled the round trips per event.
 local function read_limits(cfg)
     local entry = classify.entry_limit(cfg.max_event_bytes)
-    local count = math.max(1, math.min(math.max(16, 2 * cfg.max_concurrency),
-        math.floor((READ_BUDGET_BYTES + cfg.max_event_bytes) / entry)))
-    return { event = cfg.max_event_bytes, entry = entry, count = count,
+    local wanted = math.max(16, 2 * cfg.max_concurrency)
+    local count = math.max(1, math.min(wanted, math.floor((READ_BUDGET_BYTES + cfg.max_event_bytes) / entry)))
+    return { event = cfg.max_event_bytes, entry = entry, count = count, wanted_count = wanted,
         reply = count * entry + REPLY_SLACK_BYTES }
 end
 
@@ -113,6 +121,8 @@ local function new_worker(cfg, c)
     self.message_slots = sync.semaphore(math.max(16, 4 * cfg.max_concurrency))
     self.settlers = sync.semaphore(SETTLERS)
     self.limits = read_limits(cfg)
+    self.read_count = self.limits.count  -- nothing seen yet: the count that always fits
+    self.fitting_reads = GROW_AFTER_READS  -- no overflow yet: the first small read earns the wanted batch
     self.event_bytes = sync.budget(self.limits.reply + INFLIGHT_BYTES + cfg.max_event_bytes)
     self.local_retry_bytes = 0
     self.read_bytes = 0
@@ -276,13 +286,36 @@ function Worker:await_room()
 end
 
 
+--- Counts a batch's bytes towards the next collection; returns the cost
+-- of its largest entry.
 function Worker:count_read(entries)
+    local largest = 0
     for _, entry in ipairs(entries) do
         if type(entry[2]) == "table" then
             local _, cost = classify.measure(entry[2])
             self.read_bytes = self.read_bytes + cost
+            largest = math.max(largest, cost)
         end
     end
+    return largest
+end
+
+
+--- The COUNT of the next read of new entries: the wanted batch once
+-- GROW_AFTER_READS reads in a row had a largest entry small enough for
+-- that many such entries to fit under the reply cap, the count that always
+-- fits otherwise. A guess, not a promise: larger entries arriving after
+-- small ones make a reply too large, which read_new survives (the entries
+-- are taken from the pending list) and which restarts the count of reads;
+-- so a stream mixing sizes pays that reset rarely, not every other read.
+function Worker:next_read_count(largest_entry_cost)
+    local l = self.limits
+    if largest_entry_cost * l.wanted_count <= l.reply - REPLY_SLACK_BYTES then
+        self.fitting_reads = self.fitting_reads + 1
+    else
+        self.fitting_reads = 0
+    end
+    return self.fitting_reads >= GROW_AFTER_READS and l.wanted_count or l.count
 end
 
 
@@ -291,7 +324,10 @@ end
 -- crash fence is lifted once all of them are classified, before anything
 -- waits: a crash after that is not theirs.
 function Worker:handle_batch(entries, first)
-    self:count_read(entries)
+    local largest = self:count_read(entries)
+    if first then
+        self.read_count = self:next_read_count(largest)
+    end
     local classifier = self:classifier(self:trusted_ids(entries))
     local msgs = {}
     for _, entry in ipairs(entries) do
@@ -404,7 +440,7 @@ end
 function Worker:read()
     local c, cfg = self.constants, self.cfg
     return self.reader:call_timeout(c.read_block_ms / 1000 + 5, "XREADGROUP", "GROUP", cfg.group, cfg.consumer,
-        "COUNT", self.limits.count, "BLOCK", c.read_block_ms, "STREAMS", cfg.stream, ">")
+        "COUNT", self.read_count, "BLOCK", c.read_block_ms, "STREAMS", cfg.stream, ">")
 end
 
 
@@ -519,6 +555,7 @@ function Worker:read_new(delay)
     self:await_room()
     local reply, err, kind = self:read()
     if reply == nil and tostring(err):find(TOO_LARGE, 1, true) then
+        self.read_count, self.fitting_reads = self.limits.count, 0
         log.warn("new entries too large to read at once; taking them from the pending list",
             { error = err, after = self.last_read })
         return self:read_own_pending(delay, self.last_read)

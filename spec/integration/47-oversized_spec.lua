@@ -62,6 +62,21 @@ local function peak_rss(pid)
 end
 
 
+--- entries-read of the daemon's group (0 before its first read).
+local function group_read(w)
+    for _, g in ipairs(w:call("XINFO", "GROUPS", "events")) do
+        local t = {}
+        for i = 1, #g - 1, 2 do
+            t[g[i]] = g[i + 1]
+        end
+        if t.name == "relay" then
+            return tonumber(t["entries-read"]) or 0
+        end
+    end
+    return 0
+end
+
+
 --- Publishes ten ordinary events around one big entry (published by
 -- `big`), all before the daemon starts so that they share its first read.
 local function batch_around(w, big)
@@ -146,6 +161,35 @@ maybe("oversized entries", function()
         assert.is_true(d:count("too large to read at once") >= 1)
         -- a deliberate reset: the reader is back at once, no read fails
         assert.are.equal(0, d:count("reading the stream failed"))
+        assert.is_true(d:alive())
+    end)
+
+    it("reads full batches after small entries; a burst of large ones overflowing one is taken from the "
+        .. "pending list, none dead-lettered", function()
+        w = world.new()
+        local d = w:daemon("c1", { RELAY_MAX_EVENT_BYTES = "1Mi", MAX_CONCURRENCY = "4" })
+        w:ready(d)
+        local function settled(n)
+            return function() return group_read(w) == n and w:pending() == 0 end
+        end
+        for i = 1, 3 do
+            w:publish(string.format('{"t":"none","i":%d}', i))
+        end
+        d:wait_until(settled(3), 30, "the small events acknowledged")
+        -- 16 unmatched events of 700 KiB in one step, so that one read finds them all: 8 (the count that
+        -- always fits 1 MiB events) fit under the reply cap, 16 (the batch small entries earned) do not
+        local burst = "for i = 1, 16 do redis.call('XADD', KEYS[1], '*', 'event', "
+            .. "'{\"t\":\"none\",\"pad\":\"' .. string.rep('x', 700 * 1024) .. '\"}') end return 1"
+        w:call("EVAL", burst, 1, "events")
+        d:wait_until(settled(19), 60, "the large events acknowledged")
+        assert.are.equal(1, d:count("too large to read at once"))
+        -- one small read after an overflow does not earn the larger batch back: the next burst fits
+        w:publish('{"t":"none","i":4}')
+        d:wait_until(settled(20), 30, "the small event acknowledged")
+        w:call("EVAL", burst, 1, "events")
+        d:wait_until(settled(36), 60, "the second burst acknowledged")
+        assert.are.equal(1, d:count("too large to read at once"))
+        assert.are.same({}, w:dlq())
         assert.is_true(d:alive())
     end)
 

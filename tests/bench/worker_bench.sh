@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The worker benchmarks: `relay run` against baselines measured in the same run
 # on a private redis-server (tests/bench/worker_bench.lua does the work):
-#   (a) unmatched events/s vs a raw XREADGROUP + XACK loop      (target >= 0.7)
+#   (a) unmatched events/s vs a raw XREADGROUP + XACK loop      (target >= 0.95)
 #   (b) matched events/s, trivial handler, vs relay.runtime.invoke at
 #       concurrency 2                                             (target >= 0.85)
 #   (c) RSS with 100 apps x 10 rules and 1,000 pending messages vs an idle
