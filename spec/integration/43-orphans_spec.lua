@@ -179,8 +179,11 @@ maybe("orphaned containers (runc) #compressed", function()
     it("never starts the next attempt while a frozen daemon's container may still run", function()
         w = world.new({ apps = APPS })
         local d1, _, sleep = one_running(w, "long", 20)
-        local first = daemon.procs_matching(sleep)
-        assert.are.equal(1, #first)
+        -- the start line comes just before the handler's sleep
+        local first = daemon.wait_until(function()
+            local procs = daemon.procs_matching(sleep)
+            return #procs == 1 and procs
+        end, 5, "the handler's sleep")
         -- frozen, not dead: its heartbeat lapses while its container runs
         -- on (6 s timeout: longer than the heartbeat TTL, MinPendingIdle
         -- and the first backoff step together), and nothing on this host
