@@ -412,6 +412,10 @@ relay_wait_begin(lua_State *L, double timeout_s, relay_cancel_fn cancel, void *o
     t->owner = owner;
     lua_settop(t->mailbox, 0);
     if (timeout_s >= 0) {
+        /* The task may have run long outside the loop (os.execute, a big
+         * computation): the loop's time is from before that, and a timeout
+         * counted from it would end early, even at once. */
+        ev_now_update(bridge.loop);
         ev_timer_init(&t->timer, wait_timed_out, timeout_s, 0.);
         t->timer.data = (void *)(intptr_t)slot;
         ev_timer_start(bridge.loop, &t->timer);

@@ -833,6 +833,9 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     ev_init(&p->deadline, deadline_cb);
     p->deadline.data = p;
     if (p->timeout_s > 0) {
+        /* The spawning task may have run long outside the loop: the
+         * deadline counts from now, not from the loop's last wake-up. */
+        ev_now_update(p->loop);
         ev_timer_set(&p->deadline, p->timeout_s, 0.);
         ev_timer_start(p->loop, &p->deadline);
     }

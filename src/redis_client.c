@@ -566,6 +566,10 @@ start_connect(relay_redis *r)
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     send_handshake(r);
+    /* A caller that ran long outside the loop (a Lua task before
+     * redis.connect) left the loop's time behind: counted from it, the
+     * timeout would end early, even at once. */
+    ev_now_update(r->loop);
     ev_timer_set(&r->connect_timer, CONNECT_TIMEOUT_S, 0.);
     ev_timer_start(r->loop, &r->connect_timer);
 }
@@ -761,6 +765,7 @@ relay_redis_command(relay_redis *r, int argc, const char **argv, const size_t *a
     }
     r->pending = req;
     r->in_flight++;
+    ev_now_update(r->loop); /* as for the connect timer: the caller may have run long */
     ev_timer_init(&req->watchdog, watchdog_fired, timeout_s, 0.);
     req->timeout_s = timeout_s;
     req->watchdog.data = req;

@@ -79,6 +79,24 @@ describe("rediss:// from the CLI", function()
         assert.matches("RELAY_REDIS_CA=" .. pki.dir .. "/nosuch.crt", r.stderr, 1, true)
     end)
 
+    -- The tests above run only blocking code (openssl, cli.run's
+    -- os.execute): the loop's cached time stayed where the loop last woke.
+    -- On a loaded machine that was over 5 s behind, and the next test's
+    -- connect timed out at once. Blocking here makes it certain.
+    it("counts connect, command and process timeouts from the call, not from the loop's last wake-up", function()
+        local addr = assert(config.load(server:env({ RELAY_REDIS_CA = pki.ca }))).redis_url
+        loop.sleep(0.01) -- the loop's time is now fresh...
+        os.execute("sleep 5.5") -- ...and falls behind both connect timeouts (5 s)
+        local client = assert(core_redis.connect(addr, 5, MiB))
+        os.execute("sleep 1.5")
+        assert.are.equal("PONG", assert(client:call_timeout(1, "PING")).ok)
+        client:close()
+        os.execute("sleep 1.5")
+        local status = assert(assert(proc.spawn({ argv = { "true" }, timeout = 1 })):wait())
+        assert.is_false(status.timed_out)
+        assert.are.equal(0, status.status)
+    end)
+
     it("keeps the per-reply cap and reconnects after a reset or a killed connection", function()
         local addr = assert(config.load(server:env({ RELAY_REDIS_CA = pki.ca }))).redis_url
         local client = assert(core_redis.connect(addr, 5, MiB))
