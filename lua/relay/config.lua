@@ -189,35 +189,27 @@ end
 -- RELAY_REDIS_* TLS variables.
 -- @return {host, port, path, user, password, db, tls} | {sentinels, master, user,
 --   password, db, tls} | nil, reason
+-- Each scheme: its parser and whether it speaks TLS (to the primary, for
+-- rediss+sentinel://: the Sentinels are asked in plaintext).
+local SCHEMES = {
+    { "unix", parse_unix_url, false },
+    { "redis", parse_tcp_url, false },
+    { "rediss", parse_tcp_url, true },
+    { "redis+sentinel", parse_sentinel_url, false },
+    { "rediss+sentinel", parse_sentinel_url, true },
+}
+
 function _M.parse_redis_url(url)
-    local rest = url:match("^unix://(.*)$")
-    if rest then
-        return parse_unix_url(rest)
-    end
-    rest = url:match("^redis://(.*)$")
-    if rest then
-        return parse_tcp_url(rest)
-    end
-    rest = url:match("^rediss://(.*)$")
-    if rest then
-        local addr, err = parse_tcp_url(rest)
-        if addr then
-            addr.tls = {}
+    for _, scheme in ipairs(SCHEMES) do
+        local name, parse, tls = scheme[1], scheme[2], scheme[3]
+        local rest = url:match("^" .. name:gsub("%+", "%%+") .. "://(.*)$")
+        if rest then
+            local addr, err = parse(rest)
+            if addr and tls then
+                addr.tls = {}
+            end
+            return addr, err
         end
-        return addr, err
-    end
-    rest = url:match("^redis%+sentinel://(.*)$")
-    if rest then
-        return parse_sentinel_url(rest)
-    end
-    rest = url:match("^rediss%+sentinel://(.*)$")
-    if rest then
-        -- TLS to the primary; the Sentinels are asked in plaintext
-        local addr, err = parse_sentinel_url(rest)
-        if addr then
-            addr.tls = {}
-        end
-        return addr, err
     end
     return nil, "expected redis://[user:password@]host:port/db, rediss://… (TLS), "
         .. "unix://[user:password@]/path/to/sock[?db=N] or "

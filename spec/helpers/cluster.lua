@@ -7,6 +7,8 @@
 local fs = require("relay.fs")
 local http = require("relay.core.http")
 local loop = require("relay.core.loop")
+local daemon = require("helpers.daemon")
+local shell = require("helpers.shell")
 local tmp = require("helpers.tmp")
 
 local _M = {}
@@ -41,29 +43,12 @@ local function free_port(taken)
 end
 
 
-local function sh(cmd)
-    local ok = os.execute(cmd)
-    return ok == 0 or ok == true
-end
+local sh, output = shell.ok, shell.output
 
 
-local function output(cmd)
-    local p = io.popen(cmd .. " 2>&1")
-    local out = p:read("*a")
-    p:close()
-    return (out:gsub("%s+$", ""))
-end
-
-
+-- Each look runs redis-cli: every 0.1 s is often enough.
 local function wait_until(fn, seconds, what)
-    local deadline = loop.monotonic() + seconds
-    while loop.monotonic() < deadline do
-        if fn() then
-            return
-        end
-        loop.sleep(0.1)
-    end
-    error("cluster: timed out waiting for " .. what, 3)
+    return daemon.wait_until(fn, seconds, "cluster: " .. what, 0.1)
 end
 
 

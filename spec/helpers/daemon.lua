@@ -27,10 +27,10 @@ function _M.tmpdir(tag)
 end
 
 
---- Polls fn every 20 ms until it returns a truthy value or timeout seconds
--- pass; raises with what on timeout (a function: called then, for what it
--- can only tell at the end). Returns the value.
-function _M.wait_until(fn, timeout, what)
+--- Polls fn every 20 ms (or every `every` s) until it returns a truthy
+-- value or timeout seconds pass; raises with what on timeout (a function:
+-- called then, for what it can only tell at the end). Returns the value.
+function _M.wait_until(fn, timeout, what, every)
     local deadline = loop.monotonic() + (timeout or 10)
     local value
     repeat
@@ -38,7 +38,7 @@ function _M.wait_until(fn, timeout, what)
         if value then
             return value
         end
-        loop.sleep(0.02)
+        loop.sleep(every or 0.02)
     until loop.monotonic() > deadline
     value = fn()
     if value then

@@ -12,10 +12,7 @@ local Server = {}
 Server.__index = Server
 
 
-local function sh(cmd)
-    local ok = os.execute(cmd)
-    return ok == 0 or ok == true
-end
+local sh = require("helpers.shell").ok
 
 
 local function wait_for(path, seconds)

@@ -5,7 +5,7 @@
 -- is 200 again once the server is a primary.
 local cli = require("helpers.cli")
 local fs = require("relay.fs")
-local http = require("relay.core.http")
+local endpoints = require("helpers.http")
 local redis_server = require("helpers.redis")
 local runtime = require("relay.runtime")
 local world = require("helpers.world")
@@ -54,21 +54,10 @@ describe("relay status on an error reply", function()
 end)
 
 
-local function free_port()
-    local s = assert(http.listen("127.0.0.1", 0, function() return 500, "text/plain", "" end))
-    local port = s:port()
-    s:close()
-    return port
-end
-
-
 --- GET /healthz: status, body.
 local function healthz(port)
-    local p = io.popen("curl -s -m 5 -w '\\n%{http_code}' http://127.0.0.1:" .. port .. "/healthz")
-    local out = p:read("*a")
-    p:close()
-    local body, code = out:match("^(.*)\n(%d+)$")
-    return tonumber(code), body
+    local status, _, body = endpoints.get(port, "/healthz")
+    return status, body
 end
 
 
@@ -85,7 +74,7 @@ maybe("/healthz while the server is a read-only replica", function()
     end)
 
     it("answers 503 naming READONLY, charges nothing meanwhile, and 200 once a primary again", function()
-        local port = free_port()
+        local port = endpoints.free_port()
         local d = w:daemon("ro", { RELAY_METRICS_ADDR = "127.0.0.1:" .. port })
         w:ready(d)
         d:wait_until(function() return healthz(port) == 200 end, 15, "healthz 200")
@@ -120,7 +109,7 @@ maybe("/healthz while the server is a read-only replica", function()
     end)
 
     it("answers 503 while the stream's key holds something else, and 200 once the group is back", function()
-        local port = free_port()
+        local port = endpoints.free_port()
         local d = w:daemon("wt", { RELAY_METRICS_ADDR = "127.0.0.1:" .. port })
         w:ready(d)
         d:wait_until(function() return healthz(port) == 200 end, 15, "healthz 200")
