@@ -63,21 +63,25 @@ function Lifecycle:eval(script, key_list, args)
 end
 
 
---- Runs a script whose last key is the instance key of a claim it may have
--- to check: only the script knows whose claim it meets, so it answers
--- {"declare", key} (having written nothing) when that is not the key
--- declared, and runs again declaring it. The first guess is this daemon.
-function Lifecycle:eval_declaring_instance(client, script, key_list, args)
-    key_list[#key_list + 1] = self.keys.instance(self.instance)
-    local value, err, kind
+--- Runs a script that may meet another instance's running claim: only
+-- the script knows whose, so it answers {"check", holder} (having written
+-- nothing) unless args[holder_arg] names that holder, and runs again with
+-- the holder named and its keys (holder_keys(holder)) declared after
+-- key_list's own. Returns the script's reply, or nil, err, "changing"
+-- when the holder changed on every look.
+local function eval_checking_holder(client, script, key_list, args, holder_arg, holder_keys)
+    local own_keys = #key_list
     for _ = 1, MAX_DECLARE_ROUNDS do
-        value, err, kind = redis.eval(client, script, key_list, args)
-        if type(value) ~= "table" or value[1] ~= "declare" then
+        local value, err, kind = redis.eval(client, script, key_list, args)
+        if type(value) ~= "table" or value[1] ~= "check" then
             return value, err, kind
         end
-        key_list[#key_list] = value[2]
+        args[holder_arg] = value[2]
+        for i, key in ipairs(holder_keys(value[2])) do
+            key_list[own_keys + i] = key
+        end
     end
-    return nil, "the claim's holder changed on every look; try again", "io"
+    return nil, "the claim's holder changed on every look; try again", "changing"
 end
 
 
@@ -180,11 +184,6 @@ local function append(list, more)
 end
 
 
--- How many times TryStart is asked again when the holder of a running
--- attempt changed between its calls (each call names the holder's keys).
-local CHECKS = 3
-
-
 --- TryStart for one invocation. inv = { label, app, handler, timeout_ms,
 -- max_attempts }; token from token(msg, inv). Returns the script's reply
 -- table or nil, err.
@@ -208,21 +207,16 @@ function Lifecycle:try_start(msg, inv, token)
 end
 
 
---- The TryStart script, called again with the holder's keys declared
--- when it asks for them ("check": another instance's attempt runs).
+--- The TryStart script, the running claim's holder named by ARGV[5] with
+-- its instance and dead keys declared.
 function Lifecycle:try_start_call(msg, args)
-    local key_list = { self.keys.inv(msg.id), self.keys.dlq, self.stream, self.keys.paused }
-    for _ = 1, CHECKS do
-        local value, err = redis.eval(self.claim_client or self.client, scripts.try_start, key_list, args)
-        if value == nil or value[1] ~= "check" then
-            return value, err
-        end
-        local holder = value[2]
-        args[5] = holder
-        key_list[5], key_list[6] = self.keys.instance(holder), self.keys.dead(holder)
+    local value, err, kind = eval_checking_holder(self.claim_client or self.client, scripts.try_start,
+        { self.keys.inv(msg.id), self.keys.dlq, self.stream, self.keys.paused }, args, 5,
+        function(holder) return { self.keys.instance(holder), self.keys.dead(holder) } end)
+    if kind == "changing" then
+        return { "skip", "running", 0 }  -- someone else is busy with the invocation
     end
-    -- the holder kept changing: someone else is busy with the invocation
-    return { "skip", "running", 0 }
+    return value, err
 end
 
 
@@ -305,9 +299,13 @@ end
 -- @return "exhausted", dlq_id | "terminal" | "running" | nil, err
 function Lifecycle:exhaust(msg, label, reason)
     local app, handler = label:match("^(.-)/(.*)$")
-    local args = append({ label, reason, self.instance_prefix }, self:dlq_context(msg, app, handler))
-    local value, err, kind = self:eval_declaring_instance(self.client, scripts.exhaust,
-        { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args)
+    local args = append({ label, reason, "" }, self:dlq_context(msg, app, handler))
+    local value, err, kind = eval_checking_holder(self.client, scripts.exhaust,
+        { self.keys.inv(msg.id), self.keys.dlq, self.stream }, args, 3,
+        function(holder) return { self.keys.instance(holder) } end)
+    if kind == "changing" then
+        kind = "io"
+    end
     if type(value) == "table" then
         return value[1], value[2]
     end

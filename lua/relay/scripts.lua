@@ -154,18 +154,6 @@ local function instance_alive(prefix, token)
     return instance ~= nil and redis.call('EXISTS', prefix .. instance) == 1
 end
 
--- The instance key of a claim's holder, when the caller did not declare it
--- in declared (Redis Cluster routes and checks a script by its KEYS only):
--- the script then answers {'declare', key} before writing anything, and the
--- caller runs it again declaring that key. nil: declared, or no instance.
-local function undeclared_instance(prefix, token, declared)
-    local instance = token_instance(token)
-    if instance ~= nil and prefix .. instance ~= declared then
-        return prefix .. instance
-    end
-    return nil
-end
-
 -- The marker an uncharged release of attempt n leaves: none before the
 -- first attempt, else attempt n-1's wait, over now.
 local function uncharged(attempt, now)
@@ -656,12 +644,14 @@ return {'claimed', claimed}
 
 
 --- Dead-letters a recorded invocation at once (its handler was removed).
--- KEYS: inv, dlq, stream, the instance key of a running claim's holder. ARGV: field, reason,
--- instance_prefix, then DLQ pairs.
--- Returns {"exhausted", dlq_id}, "terminal", "running" or {"declare", instance key}.
+-- KEYS: inv, dlq, stream, then the instance key of the running claim's
+-- holder named in ARGV[3], when one is named. ARGV: field, reason, holder
+-- ("" = none), then DLQ pairs.
+-- Returns {"exhausted", dlq_id}, "terminal", "running" or {"check", holder}
+-- (call again with that holder named and its instance key declared).
 _M.exhaust = PRELUDE .. [==[
-local inv, dlq, instance_key = KEYS[1], KEYS[2], KEYS[4]
-local field, reason, instance_prefix = ARGV[1], ARGV[2], ARGV[3]
+local inv, dlq = KEYS[1], KEYS[2]
+local field, reason, declared = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('HEXISTS', inv, '~retained') == 1 then
     return 'terminal'
 end
@@ -672,11 +662,11 @@ end
 local p = parse_marker(marker)
 local now = now_ms()
 if p[1] == 'running' and now < tonumber(p[4]) then
-    local undeclared = undeclared_instance(instance_prefix, p[3], instance_key)
-    if undeclared then
-        return {'declare', undeclared}
+    local holder = token_instance(p[3]) or ''
+    if holder ~= '' and holder ~= declared then
+        return {'check', holder}
     end
-    if instance_alive(instance_prefix, p[3]) then
+    if holder ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then
         return 'running'
     end
 end
