@@ -8,6 +8,7 @@
  * inside a libev callback would unwind Lua errors through C frames); its
  * errors are logged. h:wait() parks the calling task on the bridge.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +334,9 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
     lua_getfield(L, 1, "join_only");
     o->join_only = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 1, "deferred");
+    o->deferred = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     fill_identity(L, o);
     o->on_line = on_line;
     o->on_done = on_done;
@@ -353,6 +357,7 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
  * socket as the next descriptor; its lines come to on_line as stream
  * "control", see relay/proc.h), nofile, no_core (rlimits),
  * die_with_parent (the kernel SIGKILLs the child when Relay ends),
+ * deferred (a warm start: stdin open, no deadline until h:activate),
  * uid and gid (setgroups({}), setgid, setuid before exec),
  * on_line = function(stream, line, partial), term_argv, kill_argv (driver
  * hooks run at the TERM and KILL steps of the deadline).
@@ -497,6 +502,55 @@ lua_proc_terminate(lua_State *L)
 }
 
 
+/***
+ * @function h:activate(opts)
+ * Starts a deferred (warm) child's work: opts.start (the start record,
+ * written on the control socket), opts.stdin, opts.timeout and opts.grace
+ * (seconds, counted from now, like the duration).
+ * @return true, or nil, err
+ */
+static int
+lua_proc_activate(lua_State *L)
+{
+    lproc *h = check_proc(L, 1);
+    size_t start_len = 0, in_len = 0;
+    const char *start, *in;
+    double timeout, grace;
+
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_getfield(L, 2, "start");
+    start = luaL_checklstring(L, -1, &start_len);
+    lua_getfield(L, 2, "stdin");
+    in = luaL_optlstring(L, -1, "", &in_len);
+    timeout = opt_number(L, 2, "timeout", 0);
+    grace = opt_number(L, 2, "grace", 2);
+    if (h->p == NULL || relay_proc_activate(h->p, start, start_len, in, in_len, timeout, grace) != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, h->p == NULL ? "not running" : strerror(errno));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+
+/***
+ * @function h:close_control()
+ * Closes Relay's end of the control socket: a warm relay-init still
+ * waiting for its start record exits.
+ */
+static int
+lua_proc_close_control(lua_State *L)
+{
+    lproc *h = check_proc(L, 1);
+
+    if (h->p != NULL) {
+        relay_proc_close_control(h->p);
+    }
+    return 0;
+}
+
+
 static int
 lua_proc_index(lua_State *L)
 {
@@ -568,6 +622,8 @@ luaopen_relay_core_proc(lua_State *L)
         {"wait", lua_proc_wait},
         {"kill", lua_proc_kill},
         {"terminate", lua_proc_terminate},
+        {"activate", lua_proc_activate},
+        {"close_control", lua_proc_close_control},
         {NULL, NULL},
     };
     static const luaL_Reg meta[] = {

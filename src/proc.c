@@ -60,6 +60,7 @@ struct relay_proc {
     double timeout_s, grace_s, drain_s, kill_delay_s;
     size_t line_max;
     int keep_group;
+    int deferred; /* waiting for relay_proc_activate */
 
     pid_t pid;
     ev_child child;
@@ -759,6 +760,7 @@ proc_alloc(struct ev_loop *loop, const relay_proc_opts *o)
     p->kill_delay_s = o->kill_delay_s;
     p->line_max = o->line_max > 0 ? o->line_max : RELAY_PROC_LINE_MAX;
     p->keep_group = o->keep_group;
+    p->deferred = o->deferred;
     p->in_fd = p->out.fd = p->err.fd = p->ctl.fd = -1;
     p->out.which = RELAY_PROC_STDOUT;
     p->err.which = RELAY_PROC_STDERR;
@@ -770,15 +772,15 @@ proc_alloc(struct ev_loop *loop, const relay_proc_opts *o)
     p->out.buf = malloc(p->line_max);
     p->err.buf = malloc(p->line_max);
     p->ctl.buf = o->control ? malloc(p->ctl.cap) : NULL;
-    if (o->stdin_len > 0) {
+    if (o->stdin_len > 0 && !o->deferred) {
         p->in_data = malloc(o->stdin_len);
     }
     if (p->out.buf == NULL || p->err.buf == NULL || (o->control && p->ctl.buf == NULL)
-        || (o->stdin_len > 0 && p->in_data == NULL)) {
+        || (o->stdin_len > 0 && !o->deferred && p->in_data == NULL)) {
         proc_release(p);
         return NULL;
     }
-    if (o->stdin_len > 0) {
+    if (o->stdin_len > 0 && !o->deferred) {
         memcpy(p->in_data, o->stdin_data, o->stdin_len);
         p->in_len = o->stdin_len;
     }
@@ -832,6 +834,9 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     p->drain.data = p;
     ev_init(&p->deadline, deadline_cb);
     p->deadline.data = p;
+    if (p->deferred) {
+        return; /* stdin open, no deadline: relay_proc_activate */
+    }
     if (p->timeout_s > 0) {
         /* The spawning task may have run long outside the loop: the
          * deadline counts from now, not from the loop's last wake-up. */
@@ -974,6 +979,72 @@ relay_proc_terminate(relay_proc *p)
     }
     ev_timer_stop(p->loop, &p->deadline);
     deadline_cb(p->loop, &p->deadline, EV_TIMER);
+}
+
+
+/* The whole record or nothing: a socket pair's buffer takes a bounded
+ * record at once, and a partial one would leave the init waiting. */
+static int
+send_start(int fd, const char *start, size_t len)
+{
+    ssize_t n;
+
+    do {
+        n = send(fd, start, len, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)len) {
+        errno = n < 0 ? errno : EMSGSIZE;
+        return -1;
+    }
+    return 0;
+}
+
+
+int
+relay_proc_activate(relay_proc *p, const char *start, size_t start_len, const char *stdin_data, size_t stdin_len,
+                    double timeout_s, double grace_s)
+{
+    if (!p->deferred || p->reaped || p->ctl.fd < 0 || p->in_fd < 0) {
+        errno = ESRCH;
+        return -1;
+    }
+    if (send_start(p->ctl.fd, start, start_len) != 0) {
+        return -1;
+    }
+    p->deferred = 0;
+    clock_gettime(CLOCK_MONOTONIC, &p->t0);
+    if (stdin_len > 0) {
+        p->in_data = malloc(stdin_len);
+        if (p->in_data == NULL) {
+            stdin_len = 0; /* the handler gets an empty stdin; it was started */
+        } else {
+            memcpy(p->in_data, stdin_data, stdin_len);
+        }
+    }
+    p->in_len = stdin_len;
+    p->in_off = 0;
+    p->timeout_s = timeout_s;
+    p->grace_s = grace_s > 0 ? grace_s : p->grace_s;
+    if (timeout_s > 0) {
+        ev_now_update(p->loop);
+        ev_timer_set(&p->deadline, timeout_s, 0.);
+        ev_timer_start(p->loop, &p->deadline);
+    }
+    if (p->in_len > 0) {
+        stdin_write(p);
+    } else {
+        close_stdin(p);
+    }
+    return 0;
+}
+
+
+void
+relay_proc_close_control(relay_proc *p)
+{
+    if (p->ctl.fd >= 0) {
+        stream_close(p, &p->ctl);
+    }
 }
 
 

@@ -2,7 +2,7 @@
  * relay-init: the first process of every runc container and bwrap sandbox,
  * a static binary bound read-only at /.relay-init.
  *
- *   relay-init [-d DEADLINE_MS] [-c FD] -- COMMAND [ARG...]
+ *   relay-init [-d DEADLINE_MS] [-c FD] [-w IDLE_MS] -- COMMAND [ARG...]
  *
  * It runs COMMAND as its only child, forwards every signal it receives to
  * it, reaps zombies and exits with the child's status, like any minimal
@@ -33,6 +33,20 @@
  *   exec E TEXT   the command could not be executed (errno E)
  *   deadline      the deadline passed first
  *
+ * With -w (a warm start, which needs -c) the container is created before
+ * its event exists: the init waits for one start record on FD before it
+ * runs COMMAND. The record carries what differs per invocation, as
+ * NUL-terminated fields (no byte of a value can end one early, since no
+ * environment value holds a NUL):
+ *
+ *   "relay-start" NUL  DEADLINE_MS NUL  NAME=VALUE NUL ...  NUL
+ *
+ * DEADLINE_MS replaces -d; each NAME=VALUE is set in the environment the
+ * command gets. The end of file before a whole record (the daemon is
+ * gone), any signal, a malformed or oversized record, or IDLE_MS without
+ * one ends the init at once: a container that never started its command
+ * ran nothing, and no daemon waits for it.
+ *
  * FD is close-on-exec here, so the handler never holds it; the init makes
  * itself non-dumpable, so a handler (same uid) cannot reach it through
  * /proc or ptrace either.
@@ -56,10 +70,14 @@
 /* The exit status when the init ends the container itself. */
 #define KILLED_STATUS 137
 #define USAGE_STATUS 125
+/* The largest start record a warm container accepts. */
+#define START_MAX (64 * 1024)
+#define START_MAGIC "relay-start"
 
 struct init_opts {
     long long deadline_ms; /* < 0: none */
     int control_fd;        /* < 0: none */
+    long long idle_ms;     /* < 0: start at once; else wait for a start record */
     char **argv;
 };
 
@@ -110,6 +128,7 @@ parse_args(int argc, char **argv, struct init_opts *o)
 
     o->deadline_ms = -1;
     o->control_fd = -1;
+    o->idle_ms = -1;
     for (i = 1; i + 1 < argc && strcmp(argv[i], "--") != 0; i += 2) {
         if (parse_number(argv[i + 1], &v) != 0) {
             return -1;
@@ -118,11 +137,13 @@ parse_args(int argc, char **argv, struct init_opts *o)
             o->deadline_ms = v;
         } else if (strcmp(argv[i], "-c") == 0 && v <= 65535) {
             o->control_fd = (int)v;
+        } else if (strcmp(argv[i], "-w") == 0) {
+            o->idle_ms = v;
         } else {
             return -1;
         }
     }
-    if (i + 1 >= argc || strcmp(argv[i], "--") != 0) {
+    if (i + 1 >= argc || strcmp(argv[i], "--") != 0 || (o->idle_ms >= 0 && o->control_fd < 0)) {
         return -1;
     }
     o->argv = argv + i + 1;
@@ -309,6 +330,120 @@ init_failed(const char *what)
 }
 
 
+/* The record's fields, checked: the magic, a deadline, NAME=VALUE entries,
+ * then an empty field that ends it. Sets the deadline and the environment;
+ * -1 on anything else. */
+static int
+apply_start(char *rec, size_t len, long long *deadline_ms)
+{
+    char *field = rec, *end = rec + len, *eq, *next;
+
+    if (strcmp(field, START_MAGIC) != 0) {
+        return -1;
+    }
+    field += strlen(field) + 1;
+    if (field >= end || parse_number(field, deadline_ms) != 0) {
+        return -1;
+    }
+    for (field += strlen(field) + 1; field < end && *field != '\0'; field = next) {
+        next = field + strlen(field) + 1;
+        eq = strchr(field, '=');
+        if (eq == NULL || eq == field) {
+            return -1;
+        }
+        *eq = '\0';
+        if (setenv(field, eq + 1, 1) != 0) {
+            return -1;
+        }
+    }
+    return field < end ? 0 : -1;
+}
+
+
+/* Where the record ends (after its empty last field), or 0 while it is
+ * incomplete: two NULs in a row, the first after the magic and deadline. */
+static size_t
+record_end(const char *buf, size_t len)
+{
+    size_t i, fields = 0;
+
+    for (i = 0; i < len; i++) {
+        if (buf[i] != '\0') {
+            continue;
+        }
+        if (fields >= 2 && (i == 0 || buf[i - 1] == '\0')) {
+            return i + 1;
+        }
+        fields++;
+    }
+    return 0;
+}
+
+
+/* Reads what is there; returns 1 once the record is whole, 0 for more. */
+static int
+read_start(char *buf, size_t *len)
+{
+    ssize_t n;
+
+    for (;;) {
+        n = read(control_fd, buf + *len, START_MAX - *len);
+        if (n > 0) {
+            *len += (size_t)n;
+            if (record_end(buf, *len) != 0) {
+                return 1;
+            }
+            if (*len == START_MAX) {
+                _exit(USAGE_STATUS);
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        }
+        _exit(KILLED_STATUS); /* end of file: the daemon is gone */
+    }
+}
+
+
+/* A warm start: waits (at most idle_ms) for the start record, with every
+ * signal ending the wait, then applies it. */
+static void
+await_start(int sfd, long long idle_ms, long long *deadline_ms)
+{
+    static char buf[START_MAX];
+    struct pollfd pfd[2];
+    long long until = now_ms() + idle_ms, left;
+    size_t len = 0;
+    int n;
+
+    pfd[0].fd = sfd;
+    pfd[0].events = POLLIN;
+    pfd[1].fd = control_fd;
+    pfd[1].events = POLLIN;
+    for (;;) {
+        left = until - now_ms();
+        if (left <= 0) {
+            _exit(KILLED_STATUS);
+        }
+        n = poll(pfd, 2, left > 60000 ? 60000 : (int)left);
+        if ((n < 0 && errno != EINTR) || (n > 0 && pfd[0].revents != 0)) {
+            _exit(KILLED_STATUS);
+        }
+        if (n > 0 && pfd[1].revents != 0 && read_start(buf, &len)) {
+            break;
+        }
+    }
+    if (apply_start(buf, record_end(buf, len), deadline_ms) != 0) {
+        fprintf(stderr, "relay-init: malformed start record\n");
+        _exit(USAGE_STATUS);
+    }
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -318,7 +453,7 @@ main(int argc, char **argv)
     int sfd, exec_errno;
 
     if (parse_args(argc, argv, &o) != 0) {
-        fprintf(stderr, "usage: relay-init [-d DEADLINE_MS] [-c FD] -- COMMAND [ARG...]\n");
+        fprintf(stderr, "usage: relay-init [-d DEADLINE_MS] [-c FD] [-w IDLE_MS] -- COMMAND [ARG...]\n");
         return USAGE_STATUS;
     }
     if (o.control_fd >= 0
@@ -334,6 +469,9 @@ main(int argc, char **argv)
     sfd = signalfd(-1, &all, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
         init_failed("signalfd");
+    }
+    if (o.idle_ms >= 0) {
+        await_start(sfd, o.idle_ms, &o.deadline_ms);
     }
     child = start_child(o.argv, &old, &exec_errno);
     if (child < 0) {

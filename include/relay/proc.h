@@ -93,6 +93,10 @@ typedef struct relay_proc_opts {
     int set_ids; /* 1: setgroups({}), setgid(gid), setuid(uid) before exec */
     long uid, gid;
     int die_with_parent; /* 1: the kernel SIGKILLs the child when this process ends */
+    /* 1: a warm start. stdin stays open and empty, no deadline runs, and the
+     * duration is counted, until relay_proc_activate (stdin_data and
+     * timeout_s are then ignored here). */
+    int deferred;
     relay_proc_line_fn on_line;
     relay_proc_done_fn on_done;
     relay_proc_hook_fn on_hook;
@@ -114,6 +118,18 @@ int relay_proc_kill(relay_proc *p, int sig);
 /* Starts the deadline sequence now (TERM, grace, KILL), as if the timeout
  * had passed; timed_out is then reported. */
 void relay_proc_terminate(relay_proc *p);
+
+/* Activates a deferred proc: writes start (the start record, at most the
+ * socket's buffer: it is written without waiting) on the control socket,
+ * then stdin, and arms the deadline from now; the duration counts from
+ * now too. Returns 0, or -1 (errno) when the proc is not a deferred one
+ * still waiting, has no control socket, or the record could not be sent. */
+int relay_proc_activate(relay_proc *p, const char *start, size_t start_len, const char *stdin_data, size_t stdin_len,
+                        double timeout_s, double grace_s);
+
+/* Closes our end of the control socket now: a supervisor waiting on it (a
+ * warm relay-init) sees the end of file and exits. */
+void relay_proc_close_control(relay_proc *p);
 
 /* Frees a finished proc. A running one has its group SIGKILLed (no hook: this
  * may run at shutdown), is reaped synchronously and freed, without its done

@@ -22,6 +22,7 @@
 --     (whether a secret exists and a mount source is allowed depends on the
 --     daemon's environment: relay.runtime.access checks that at availability)
 --     concurrency (nil = MAX_CONCURRENCY),
+--     warm (nil = default pool size, 0 = cold starts only, N = at most N pre-created containers),
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
 --     schedules = { {name, handler, cron, every_ms, timezone (IANA name or nil),
 --                    zone (relay.tzif, with timezone), payload, payload_json, timeout_ms,
@@ -72,6 +73,9 @@ _M.MIN_MEMORY = 1024 * 1024
 _M.DEFAULT_PIDS = 64
 _M.MAX_PIDS = 4194304
 _M.MAX_CONCURRENCY = 65535
+-- A warm pool holds idle containers (a runtime process each): a handful
+-- covers any start rate a pool can refill for.
+_M.MAX_WARM = 16
 _M.MAX_NOFILE = 1048576
 -- A secret file's name in RELAY_SECRETS_DIR and under /run/secrets: one
 -- plain component (no path, no leading dot). As shown to users; as a Lua pattern.
@@ -80,7 +84,7 @@ _M.SECRET_FILE_RULE_PATTERN = "^" .. _M.SECRET_FILE_RULE .. "$"
 local IMAGE_NAME = "^[A-Za-z0-9_.-][A-Za-z0-9_./-]*$"
 _M.DRIVERS = { "auto", "runc", "bwrap", "docker", "podman" }
 
-local TOP_KEYS = { "runtime", "concurrency", "events", "schedules" }
+local TOP_KEYS = { "runtime", "concurrency", "warm", "events", "schedules" }
 local RUNTIME_KEYS = { "driver", "image", "command", "memory", "pids", "cpus", "network", "env", "init",
     "nofile", "seccomp", "secrets", "mounts" }
 local SECRET_KEYS = { "name", "as" }
@@ -757,6 +761,11 @@ local function validate_concurrency(ctx, node)
 end
 
 
+local function validate_warm(ctx, node)
+    return expect_int(ctx, node, "warm", 0, _M.MAX_WARM)
+end
+
+
 local function validate_root(ctx, root, app)
     if not collecting(ctx, expect_root_map, root) then
         return
@@ -765,6 +774,8 @@ local function validate_root(ctx, root, app)
     app.runtime = collecting(ctx, validate_runtime, (field(root, "runtime")))
     local conc = field(root, "concurrency")
     app.concurrency = conc and collecting(ctx, validate_concurrency, conc) or nil
+    local warm = field(root, "warm")
+    app.warm = warm and collecting(ctx, validate_warm, warm) or nil
     app.events = validate_entries(ctx, root, "events", validate_event)
     app.schedules = validate_entries(ctx, root, "schedules", validate_schedule)
 end
@@ -780,7 +791,7 @@ end
 
 local function invalid(app, err)
     app.state, app.error = "invalid", err
-    app.runtime, app.concurrency, app.events, app.schedules = nil, nil, {}, {}
+    app.runtime, app.concurrency, app.warm, app.events, app.schedules = nil, nil, nil, {}, {}
     return app
 end
 

@@ -35,6 +35,8 @@ function _M.attempt(inv, outcome, result, msg, attempt, retry_in_ms)
     fields.duration_ms = result.duration_ms
     fields.exit_code = result.status
     fields.signal = result.signal
+    -- started in a container of the app's warm pool
+    fields.warm = result.warm or nil
     if outcome ~= "succeeded" then
         fields.reason = result.reason
         -- what the runtime saw beyond the status (an exec error, say)

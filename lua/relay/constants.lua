@@ -25,6 +25,8 @@ local RELEASE = {
     trim_every_ms = 1 * MINUTE,
     schedule_tick_ms = 1 * SECOND,
     still_failing_log_ms = 1 * MINUTE,  -- a failure that lasts is logged again this often
+    warm_idle_ms = 1 * MINUTE,  -- an app's warm pool no one took from for this long goes
+    warm_wait_ms = 10 * MINUTE,  -- relay-init's bound on waiting for its start record
 }
 
 -- Every wait divided by 60 (minutes become seconds); the shape is unchanged.
@@ -44,6 +46,8 @@ local COMPRESSED = {
     trim_every_ms = 1 * SECOND,
     schedule_tick_ms = 250,
     still_failing_log_ms = 1 * SECOND,
+    warm_idle_ms = 5 * SECOND,  -- not 1 s: specs take from a pool they saw filled
+    warm_wait_ms = 30 * SECOND,
 }
 
 -- The lease of an attempt is timeout + kill_grace_ms + lease_margin_ms from

@@ -79,6 +79,9 @@ local function execute(ctx, msg, inv, attempt, claimed_at)
         on_start = function(handle) untrack = ctx.slots:track(handle) end,
     })
     untrack()
+    if outcome.warm then
+        ctx.reporter.inc("relay_warm_starts_total", { app = inv.app })
+    end
     outcome.output = tail.text()
     return outcome
 end

@@ -22,6 +22,7 @@ local FAMILIES = {
     relay_running_invocations = { "gauge", "Handler containers running now." },
     relay_redis_reconnects_total = { "counter", "Redis reconnections." },
     relay_start_failures_total = { "counter", "Containers the host failed to start (not attempts).", true },
+    relay_warm_starts_total = { "counter", "Attempts started in a pre-created (warm) container.", true },
     relay_stale_token_writes_total = { "counter", "Outcome writes rejected because the token was fenced off." },
     relay_group_recreated_total = { "counter", "Consumer group recreated after NOGROUP." },
     relay_log_dropped_total = { "counter", "Log records dropped because the reader of stderr was too slow." },

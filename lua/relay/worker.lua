@@ -34,6 +34,7 @@ local scripts = require("relay.scripts")
 local shutdown_mod = require("relay.shutdown")
 local slots_mod = require("relay.slots")
 local sync = require("relay.sync")
+local warm_pool = require("relay.runtime.warm_pool")
 
 local _M = {}
 local Worker = {}
@@ -119,6 +120,12 @@ local function new_worker(cfg, c)
     self.slots = slots_mod.new({ max = cfg.max_concurrency,
         limit_of = function(app_name) return apps:effective_concurrency(app_name) end })
     self.message_slots = sync.semaphore(math.max(16, 4 * cfg.max_concurrency))
+    self.rt.warm = warm_pool.new(self.rt, { size_of = function(app)
+        if self.shutdown.draining or apps:blocked(app.name) then
+            return 0
+        end
+        return warm_pool.size(app, apps:effective_concurrency(app.name))
+    end })
     self.settlers = sync.semaphore(SETTLERS)
     self.limits = read_limits(cfg)
     self.read_count = self.limits.count  -- nothing seen yet: the count that always fits
@@ -659,6 +666,9 @@ function Worker:housekeeping()
         local resumed, newly = self.registry:set_paused(paused)
         if #newly > 0 then
             log.info("apps paused; their messages are held", { apps = table.concat(newly, ",") })
+            for _, name in ipairs(newly) do
+                self.rt.warm:clear(name)
+            end
         end
         if #resumed > 0 then
             -- their held messages wait in this consumer's pending list
@@ -669,6 +679,7 @@ function Worker:housekeeping()
     if self.registry:changed() then
         self:reload("template change")
     end
+    self.rt.warm:tidy()
     self:record_known_apps()
     self:reap_dead_consumers()
     self:sweep_stranded()
@@ -955,6 +966,7 @@ end
 function Worker:drain()
     self.shutdown:wait()
     notify.stopping(string.format("draining: %d running", self.slots.running))
+    self.rt.warm:close()  -- idle containers hold no work: they go first
     while self.busy > 0 or self.slots.running > 0 do
         loop.sleep(0.05)
     end

@@ -12,6 +12,7 @@ local FAMILIES = {
     relay_reclaimed_total = "counter",
     relay_running_invocations = "gauge", relay_redis_reconnects_total = "counter",
     relay_start_failures_total = "counter", relay_stale_token_writes_total = "counter",
+    relay_warm_starts_total = "counter",
     relay_group_recreated_total = "counter", relay_log_dropped_total = "counter",
     relay_build_info = "gauge", process_cpu_seconds_total = "counter", process_resident_memory_bytes = "gauge",
     process_open_fds = "gauge", process_start_time_seconds = "gauge",

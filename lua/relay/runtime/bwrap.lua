@@ -40,6 +40,10 @@ local secret_files = require("relay.runtime.secret_files")
 local _M = {}
 local D = {}
 
+-- Its relay-init can wait for a start record: containers can be created
+-- before their events (relay.runtime.warm_pool).
+D.warm = true
+
 local UID, GID = ids.CONTAINER_USER, ids.CONTAINER_USER
 -- descriptors the child receives, in this order, from fd 3 on; the control
 -- socket of relay-init (relay.core.proc) comes right after the last one

@@ -24,7 +24,11 @@
 --          pass_fds (closed by the caller after the spawn), control (relay-init's
 --          socket, see relay.core.proc), nofile, no_core, uid, gid, observe }.
 -- inv = { handler, trigger, message_id, attempt, deadline_ms (wall clock, for
---         RELAY_DEADLINE), kill_at_ms (CLOCK_MONOTONIC: relay-init's deadline) }.
+--         RELAY_DEADLINE), kill_at_ms (CLOCK_MONOTONIC: relay-init's deadline) },
+--       or for a warm container (relay.runtime.warm_pool) { handler = "warm",
+--         warm_idle_ms }: none of the per-invocation values, which come with
+--         the start record (start_record) when it is taken.
+-- A driver that can pre-create containers that way sets `warm = true`.
 local duration = require("relay.duration")
 local fcntl = require("posix.fcntl")
 local fs = require("relay.fs")
@@ -250,8 +254,12 @@ end
 --- Drops what the context remembers about apps and host paths (image
 -- resolutions, id blocks, searchable directories, checked apps): the
 -- daemon calls it on every reload, so a change on disk is seen at the next
--- reload (SIGHUP, or any template change) at the latest.
+-- reload (SIGHUP, or any template change) at the latest. The warm
+-- containers go too: they were made with the old images, mounts and secrets.
 function _M.forget(rt)
+    if rt.warm then
+        rt.warm:clear()
+    end
     local weak = { __mode = "k" }
     rt.cache = {
         images = setmetatable({}, weak),
@@ -323,7 +331,10 @@ end
 -- control descriptor (each only when known).
 function _M.init_args(inv, control_fd)
     local args = { _M.INIT_TARGET }
-    if inv.kill_at_ms then
+    if inv.warm_idle_ms then
+        args[#args + 1] = "-w"
+        args[#args + 1] = string.format("%d", inv.warm_idle_ms)
+    elseif inv.kill_at_ms then
         args[#args + 1] = "-d"
         args[#args + 1] = string.format("%d", inv.kill_at_ms)
     end
@@ -386,18 +397,47 @@ function _M.container_env(app, inv, secrets)
             env[k] = tostring(v)
         end
     end
-    env.RELAY_HANDLER = inv.handler
     env.RELAY_APP = app.name
-    env.RELAY_TRIGGER = inv.trigger
-    env.RELAY_MESSAGE_ID = inv.message_id
-    env.RELAY_ATTEMPT = tostring(inv.attempt)
-    env.RELAY_DEADLINE = rfc3339.millis(inv.deadline_ms)
+    if not inv.warm_idle_ms then
+        for k, v in pairs(_M.invocation_env(inv)) do
+            env[k] = v
+        end
+    end
     for _, secret in ipairs(secrets or {}) do
         if secret.as == "env" and not RESERVED[secret.name] then
             env[secret.name] = secret.value
         end
     end
     return env
+end
+
+
+--- The variables that differ per invocation (a warm container gets them
+-- in its start record).
+function _M.invocation_env(inv)
+    return {
+        RELAY_HANDLER = inv.handler,
+        RELAY_TRIGGER = inv.trigger,
+        RELAY_MESSAGE_ID = inv.message_id,
+        RELAY_ATTEMPT = tostring(inv.attempt),
+        RELAY_DEADLINE = rfc3339.millis(inv.deadline_ms),
+    }
+end
+
+
+--- relay-init's start record of a warm container (src/relay_init.c):
+-- NUL-terminated fields, the deadline (kill_at_ms) then NAME=VALUE, ended
+-- by an empty field. nil, err for a value no environment can hold.
+function _M.start_record(inv)
+    local parts = { "relay-start", string.format("%d", inv.kill_at_ms) }
+    for _, kv in ipairs(_M.env_list(_M.invocation_env(inv))) do
+        if kv:find("\0", 1, true) then
+            return nil, "a NUL byte in " .. kv:match("^[^=]*")
+        end
+        parts[#parts + 1] = kv
+    end
+    parts[#parts + 1] = ""
+    return table.concat(parts, "\0") .. "\0"
 end
 
 

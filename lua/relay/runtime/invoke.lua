@@ -60,8 +60,72 @@ local function host_failure(detail, started)
 end
 
 
+--- The proc.spawn options of a driver's spec; lines go to route.
+function _M.spawn_options(spec, route)
+    return {
+        argv = spec.argv,
+        env = spec.env,
+        grace = constants.kill_grace_ms / 1000,
+        term_argv = spec.term_argv,
+        kill_argv = spec.kill_argv,
+        kill_delay = spec.kill_delay,
+        cgroup_procs = spec.cgroup_procs,
+        keep_group = spec.keep_group,
+        pass_fds = spec.pass_fds,
+        control = spec.control,
+        nofile = spec.nofile,
+        no_core = spec.no_core,
+        uid = spec.uid,
+        gid = spec.gid,
+        on_line = route,
+    }
+end
+
+
+--- A container created for this invocation: h, spec, or nil and the
+-- host failure.
+local function start_cold(args, drv, inv, timeout_ms, started)
+    local spec, perr = drv:prepare(args.app, inv)
+    if not spec then
+        return nil, host_failure(drv.name .. ": " .. tostring(perr), started)
+    end
+    local opts = _M.spawn_options(spec, line_router(spec, args.on_line))
+    opts.stdin = args.stdin or ""
+    opts.timeout = timeout_ms / 1000
+    local h, serr = proc.spawn(opts)
+    -- the child has its copies (or never will): ours would only leak
+    runtime.close_fds(spec.pass_fds)
+    if not h then
+        drv:finish(spec, { start_error = serr, timed_out = false })
+        return nil, host_failure(drv.name .. ": " .. serr, started)
+    end
+    return h, spec
+end
+
+
+--- A pre-created container of the app's warm pool, started with this
+-- invocation's values (relay-init's start record), or nil: start cold.
+local function start_warm(args, drv, inv, timeout_ms)
+    local entry = args.rt.warm and args.rt.warm:take(args.app, drv)
+    if not entry then
+        return nil
+    end
+    local record = runtime.start_record(inv)
+    entry.on_line = args.on_line
+    local ok = record and entry.h:activate({ start = record, stdin = args.stdin or "",
+        timeout = timeout_ms / 1000, grace = constants.kill_grace_ms / 1000 })
+    if not ok then
+        args.rt.warm:retire(entry)
+        return nil
+    end
+    return entry.h, entry.spec
+end
+
+
 --- args: {
---   rt          runtime context (relay.runtime.new)
+--   rt          runtime context (relay.runtime.new); its warm pool
+--               (rt.warm, relay.runtime.warm_pool), when it has one, gives
+--               the container if it holds one of the app's
 --   app         app table (relay.apps)
 --   entry       the event or schedule entry: { handler, timeout_ms }
 --   trigger     "event" | "schedule" | "invoke"
@@ -75,8 +139,9 @@ end
 --               was sent: relay-init's deadline counts from it
 -- }
 -- Returns { ok, status, signal, timed_out, reason, host_failure, duration_ms,
---           detail, container_id }. host_failure means the host could not
--- start the container: not an attempt (its claim is released uncharged).
+--           detail, container_id, warm }. host_failure means the host could
+-- not start the container: not an attempt (its claim is released
+-- uncharged). warm: the container came from the warm pool.
 function _M.run(args)
     local rt, app, entry = args.rt, args.app, args.entry
     local started = now_ms()
@@ -89,41 +154,21 @@ function _M.run(args)
     if not ok then
         return host_failure("app unavailable: " .. why, started)
     end
-    local spec, perr = drv:prepare(app, {
+    local inv = {
         handler = entry.handler,
         trigger = args.trigger,
         message_id = args.message_id,
         attempt = args.attempt or 1,
         deadline_ms = started + timeout_ms,
         kill_at_ms = kill_at_ms(args, timeout_ms),
-    })
-    if not spec then
-        return host_failure(drv.name .. ": " .. tostring(perr), started)
-    end
-    local h, serr = proc.spawn({
-        argv = spec.argv,
-        env = spec.env,
-        stdin = args.stdin or "",
-        timeout = timeout_ms / 1000,
-        grace = constants.kill_grace_ms / 1000,
-        term_argv = spec.term_argv,
-        kill_argv = spec.kill_argv,
-        kill_delay = spec.kill_delay,
-        cgroup_procs = spec.cgroup_procs,
-        keep_group = spec.keep_group,
-        pass_fds = spec.pass_fds,
-        control = spec.control,
-        nofile = spec.nofile,
-        no_core = spec.no_core,
-        uid = spec.uid,
-        gid = spec.gid,
-        on_line = line_router(spec, args.on_line),
-    })
-    -- the child has its copies (or never will): ours would only leak
-    runtime.close_fds(spec.pass_fds)
+    }
+    local h, spec = start_warm(args, drv, inv, timeout_ms)
+    local warm = h ~= nil
     if not h then
-        drv:finish(spec, { start_error = serr, timed_out = false })
-        return host_failure(drv.name .. ": " .. serr, started)
+        h, spec = start_cold(args, drv, inv, timeout_ms, started)
+        if not h then
+            return spec
+        end
     end
     if args.on_start then
         args.on_start(h, spec)
@@ -133,6 +178,7 @@ function _M.run(args)
     if class.host_failure then
         local out = host_failure(class.detail, started)
         out.container_id = spec.id
+        out.warm = warm
         return out
     end
     local out = {
@@ -143,6 +189,7 @@ function _M.run(args)
         duration_ms = report.duration_ms,
         detail = class.detail,
         container_id = spec.id,
+        warm = warm,
     }
     out.ok = not out.timed_out and out.signal == nil and out.status == 0
     out.reason = runtime.reason({ timed_out = out.timed_out, timeout_ms = timeout_ms,

@@ -41,6 +41,10 @@ local secret_files = require("relay.runtime.secret_files")
 local _M = {}
 local D = {}
 
+-- Its relay-init can wait for a start record: containers can be created
+-- before their events (relay.runtime.warm_pool).
+D.warm = true
+
 local UID, GID = ids.CONTAINER_USER, ids.CONTAINER_USER
 local SEARCH_ONLY, PRIVATE, STICKY_TMP = 457, 448, 1023 -- 0711, 0700, 01777
 local OOM_SCORE_ADJ = 500
