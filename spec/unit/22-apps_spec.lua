@@ -147,7 +147,7 @@ schedules:
 
     it("rejects unknown keys anywhere, naming the closest allowed one", function()
         invalid(with("event:\n  - {}\n"), PATH .. ':3:1: unknown key "event" in template; did you mean events? '
-            .. "(allowed: runtime, concurrency, events, schedules)")
+            .. "(allowed: runtime, concurrency, warm, events, schedules)")
         invalid("runtime:\n  comand: [x]\n", PATH .. ':2:3: unknown key "comand" in runtime; did you mean '
             .. "command? (allowed: driver, image, command, memory, pids, cpus, network, env, init, nofile, seccomp, "
             .. "secrets, mounts)")
@@ -158,13 +158,13 @@ schedules:
             PATH .. ':7:5: unknown key "paylod" in schedules[1]; did you mean payload? '
             .. "(allowed: name, handler, cron, every, timezone, payload, timeout, retries)")
         invalid(with("zzz: 1\n"), PATH .. ':3:1: unknown key "zzz" in template '
-            .. "(allowed: runtime, concurrency, events, schedules)")
+            .. "(allowed: runtime, concurrency, warm, events, schedules)")
     end)
 
     it("rejects an empty, non-map or unparsable template", function()
         invalid("", PATH .. ":1:1: the template is empty; expected a map with runtime, concurrency, "
-            .. "events, schedules")
-        invalid("[1]", PATH .. ":1:1: a template must be a map with runtime, concurrency, events, "
+            .. "warm, events, schedules")
+        invalid("[1]", PATH .. ":1:1: a template must be a map with runtime, concurrency, warm, events, "
             .. "schedules, not a list")
         invalid("a: 1\na: 2\n", PATH .. ':2:1: duplicate key "a" (first at 1:1)')
     end)
@@ -252,6 +252,11 @@ schedules:
             .. "not a list")
         invalid(rt("  image: ''\n"), PATH .. ":2:10: runtime.image must not be empty")
         invalid(with("concurrency: 0\n"), PATH .. ":3:14: concurrency must be from 1 to 65535, not 0")
+        invalid(with("warm: 17\n"), PATH .. ":3:7: warm must be from 0 to 16, not 17")
+        invalid(with("warm: yes\n"), PATH .. ':3:7: warm must be a whole number from 0 to 16, not the string "yes"')
+        assert.are.equal(0, ok(with("warm: 0\n")).warm)
+        assert.are.equal(3, ok(with("warm: 3\n")).warm)
+        assert.is_nil(ok(with("")).warm)
         local app = ok(rt("  command: [sleep, 5]\n  memory: 1048576\n  cpus: 0.5\n"
             .. "  env: {N: 5, PYTHONUNBUFFERED: 0}\n"))
         assert.are.same({ "sleep", "5" }, app.runtime.command)
