@@ -12,16 +12,17 @@ local INV = { handler = "users.created", trigger = "event", message_id = "1-0", 
 
 
 --- Runs `sh -c script` under relay-init -w, deferred; returns the handle
--- and the table its stdout lines go to.
+-- and the table its lines go to, by stream (the streams are read apart: no
+-- order between them).
 local function waiting_init(script, idle_ms)
-    local out = {}
+    local out = { stdout = {}, stderr = {}, control = {} }
     local h = assert(proc.spawn({
         argv = { assert(runtime.init_binary()), "-c", "3", "-w", tostring(idle_ms or 20000), "--",
             "/bin/sh", "-c", script },
         control = true,
         deferred = true,
         on_line = function(stream, line)
-            out[#out + 1] = stream .. ": " .. line
+            table.insert(out[stream], line)
         end,
     }))
     return h, out
@@ -70,7 +71,8 @@ describe("relay-init -w", function()
         local r = h:wait()
         assert.are.equal(0, r.status)
         assert.is_false(r.timed_out)
-        assert.are.same({ "stdout: H=users.created A=2", "stdout: the event", "control: exit 0" }, out)
+        assert.are.same({ stdout = { "H=users.created A=2", "the event" }, stderr = {}, control = { "exit 0" } },
+            out)
     end)
 
     it("counts the timeout from the activation, not from the creation", function()
@@ -81,7 +83,7 @@ describe("relay-init -w", function()
         assert.is_true(h:activate({ start = rec, timeout = 2 }))
         local r = h:wait()
         assert.is_false(r.timed_out)
-        assert.are.same({ "stdout: done", "control: exit 0" }, out)
+        assert.are.same({ stdout = { "done" }, stderr = {}, control = { "exit 0" } }, out)
     end)
 
     it("exits at once, running nothing, when the control socket ends first", function()
@@ -89,14 +91,14 @@ describe("relay-init -w", function()
         h:close_control()
         local r = h:wait()
         assert.are.equal(137, r.status)
-        assert.are.same({}, out)
+        assert.are.same({ stdout = {}, stderr = {}, control = {} }, out)
     end)
 
     it("exits without running the command after its idle bound", function()
         local h, out = waiting_init("echo ran", 100)
         local r = h:wait()
         assert.are.equal(137, r.status)
-        assert.are.same({}, out)
+        assert.are.same({ stdout = {}, stderr = {}, control = {} }, out)
     end)
 
     it("refuses a malformed record as a failure of its own (no status record)", function()
@@ -105,7 +107,7 @@ describe("relay-init -w", function()
             assert.is_true(h:activate({ start = bad, timeout = 10 }))
             local r = h:wait()
             assert.are.equal(runtime.INIT_FAILED, r.status, bad)
-            assert.are.same({ "stderr: relay-init: malformed start record" }, out)
+            assert.are.same({ stdout = {}, stderr = { "relay-init: malformed start record" }, control = {} }, out)
         end
     end)
 end)
