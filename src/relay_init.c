@@ -43,7 +43,7 @@
  *
  * DEADLINE_MS replaces -d; each NAME=VALUE is set in the environment the
  * command gets. The end of file before a whole record (the daemon is
- * gone), any signal, a malformed or oversized record, or IDLE_MS without
+ * gone), SIGTERM, SIGINT, SIGHUP or SIGQUIT, a malformed or oversized record, or IDLE_MS without
  * one ends the init at once: a container that never started its command
  * ran nothing, and no daemon waits for it.
  *
@@ -409,8 +409,29 @@ read_start(char *buf, size_t *len)
 }
 
 
-/* A warm start: waits (at most idle_ms) for the start record, with every
- * signal ending the wait, then applies it. */
+/* A signal while waiting: one that asks to stop ends the init; others (a
+ * runtime's own, a window change) are dropped, there is no child yet. */
+static void
+ended_by_signal(int sfd)
+{
+    struct signalfd_siginfo si;
+
+    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        switch (si.ssi_signo) {
+        case SIGTERM:
+        case SIGINT:
+        case SIGHUP:
+        case SIGQUIT:
+            _exit(KILLED_STATUS);
+        default:
+            break;
+        }
+    }
+}
+
+
+/* A warm start: waits (at most idle_ms) for the start record, then
+ * applies it. */
 static void
 await_start(int sfd, long long idle_ms, long long *deadline_ms)
 {
@@ -430,8 +451,11 @@ await_start(int sfd, long long idle_ms, long long *deadline_ms)
             _exit(KILLED_STATUS);
         }
         n = poll(pfd, 2, left > 60000 ? 60000 : (int)left);
-        if ((n < 0 && errno != EINTR) || (n > 0 && pfd[0].revents != 0)) {
+        if (n < 0 && errno != EINTR) {
             _exit(KILLED_STATUS);
+        }
+        if (n > 0 && pfd[0].revents != 0) {
+            ended_by_signal(sfd);
         }
         if (n > 0 && pfd[1].revents != 0 && read_start(buf, &len)) {
             break;

@@ -244,6 +244,19 @@ function Daemon:runc_list()
 end
 
 
+--- The runc_list ids of attempts' containers: without the warm pool's
+-- (relay.runtime.warm_pool), which a live daemon keeps waiting.
+function Daemon:attempt_containers()
+    local out = {}
+    for _, id in ipairs(self:runc_list()) do
+        if not id:find("-warm-", 1, true) then
+            out[#out + 1] = id
+        end
+    end
+    return out
+end
+
+
 --- Stamp lines of several daemons grouped per invocation ("<id> <app>/<handler>"):
 -- { [key] = { starts = {run…}, ends = {run…} } }, starts and ends in time order.
 function _M.by_invocation(daemons)

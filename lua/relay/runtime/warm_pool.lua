@@ -83,11 +83,17 @@ end
 --- Ends an untaken container (its relay-init sees the end of file) and
 -- cleans up after it in a task.
 function Pool:retire(entry)
+    local ended_itself = entry.h.done
     entry.h:close_control()
     self.retiring = self.retiring + 1
     loop.spawn(function()
         local ok, err = pcall(function()
-            entry.drv:finish(entry.spec, entry.h:wait())
+            local report = entry.h:wait()
+            local class = entry.drv:finish(entry.spec, report)
+            if ended_itself then
+                log.info("a warm container ended before it was used", { container_id = entry.spec.id,
+                    status = report.status, signal = report.signal, detail = class.detail })
+            end
         end)
         self.retiring = self.retiring - 1
         if not ok then
