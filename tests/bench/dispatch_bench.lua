@@ -3,13 +3,19 @@
 -- (tests/bench/dispatch_bench.sh starts Redis and wraps it). The handler is
 -- /bin/date +%s%N (image: host): the time it prints is its first instruction.
 -- Measured, each in the same run:
---   relay run, concurrency 1 and 2: from XADD to handler start and to the
---     acknowledgement (polled every POLL_S), RUNS events (pairs at 2)
---   relay run, throughput: M events pre-loaded, concurrency 2
+--   relay run, concurrency 1 and 2, cold (`warm: 0`) and warm (the default
+--     pool): from XADD to handler start and to the acknowledgement (polled
+--     every POLL_S), RUNS events (pairs at 2). Both daemons run at once and
+--     their batches alternate, with a bare runc and a bare bwrap run in each
+--     round at concurrency 1, so load from elsewhere hits every series alike.
+--     A warm batch is sent once the pool holds a container per event: the
+--     steady state of a rate the pool keeps up with (its first, cold start
+--     is a warm-up, not counted).
+--   relay run, throughput: M events pre-loaded, concurrency 2, cold and warm
 --   bare `runc run` of Relay's hardened bundle for the same handler, and bare
 --     bwrap (plain namespaces, no Relay config): to start and to exit
--- Starts are cold only: warm one-shot starts (issue 15, item 1) do not exist
--- yet. Prints percentiles; asserts nothing about time.
+-- Prints percentiles and the warm/bare-runc ratios at p50; asserts nothing
+-- about time.
 local ffi = require("ffi")
 local config = require("relay.config")
 local fs = require("relay.fs")
@@ -66,17 +72,19 @@ local function call(c, ...)
     return v
 end
 
-local APPS = WORK .. "/apps"
-local function write_app(concurrency)
-    assert(fs.mkdir_p(APPS .. "/d"))
-    assert(fs.write_file(APPS .. "/d/template.yaml", "runtime:\n  image: host\n  command: " .. HANDLER ..
-        "\nconcurrency: " .. concurrency .. "\nevents:\n  - handler: h\n    pattern: {kind: [bench]}\n"))
+--- Writes app d under WORK/<tag>/ (warm: 0 unless warm) and returns its apps dir.
+local function write_app(tag, concurrency, warm)
+    local apps = WORK .. "/" .. tag
+    assert(fs.mkdir_p(apps .. "/d"))
+    assert(fs.write_file(apps .. "/d/template.yaml", "runtime:\n  image: host\n  command: " .. HANDLER ..
+        "\nconcurrency: " .. concurrency .. (warm and "" or "\nwarm: 0") ..
+        "\nevents:\n  - handler: h\n    pattern: {kind: [bench]}\n"))
+    return apps
 end
 
 -- bare runtimes -------------------------------------------------------------
 
-write_app(1)
-local app = assert(require("relay.apps").load_app(APPS, "d"))
+local app = assert(require("relay.apps").load_app(write_app("apps-bare", 1, false), "d"))
 local rt = runtime.new({ runtime = "runc", state_dir = WORK .. "/bare-state", consumer = "bench", private = true })
 local driver = assert(rt:driver_for(app))
 local inv = { handler = "h", trigger = "invoke", message_id = "bench", attempt = 1, deadline_ms = 0 }
@@ -122,22 +130,12 @@ local function bare_bwrap()
     return timed("bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev /bin/date +%s%N")
 end
 
-local function bare_series(name, run)
-    local starts, exits = {}, {}
-    for i = 1, RUNS do
-        loop.sleep(COLD_GAP_S)
-        starts[i], exits[i] = run(i)
-    end
-    report(name, starts, exits, "exit")
-end
-
 -- relay run -------------------------------------------------------------------
 
-local function start_daemon(name, stream, concurrency)
-    write_app(concurrency)
+local function start_daemon(name, stream, concurrency, warm)
     local vars = {
         REDIS_URL = URL, REDIS_STREAM = stream, REDIS_GROUP = name, RELAY_CONSUMER = name, RELAY_RUNTIME = "runc",
-        RELAY_STATE_DIR = WORK .. "/state", RELAY_LOG_LEVEL = "info", RELAY_APPS = APPS,
+        RELAY_STATE_DIR = WORK .. "/state", RELAY_LOG_LEVEL = "info", RELAY_APPS = write_app(name, concurrency, warm),
         MAX_CONCURRENCY = tostring(concurrency),
     }
     local words = {}
@@ -147,7 +145,9 @@ local function start_daemon(name, stream, concurrency)
     local log_path, pid_path = WORK .. "/" .. name .. ".log", WORK .. "/" .. name .. ".pid"
     assert(os.execute(string.format("env %s %s run >%s 2>&1 & echo $! >%s",
         table.concat(words, " "), RELAY, log_path, pid_path)) == 0)
-    return { pid = tonumber(assert(fs.read_file(pid_path)):match("%d+")), log = log_path, name = name }
+    return { pid = tonumber(assert(fs.read_file(pid_path)):match("%d+")), log = log_path, name = name,
+        stream = stream, concurrency = concurrency, added = {}, acked = {},
+        runc_root = WORK .. "/state/" .. runtime.root_name(name, stream, name) .. "/runc" }
 end
 
 local function stop_daemon(d)
@@ -155,7 +155,7 @@ local function stop_daemon(d)
     while fs.read_file("/proc/" .. d.pid .. "/status") do
         loop.sleep(0.05)
     end
-    runtime.remove_cgroup_dirs("relay/" .. d.name)
+    runtime.remove_cgroup_dirs("relay/" .. runtime.root_name(d.name, d.stream, d.name))
 end
 
 --- The start times the handlers printed, by message id, from the daemon's log.
@@ -208,61 +208,122 @@ local function wait_ready(c, stream, group)
     error("relay run did not create its group")
 end
 
---- XADDs `concurrency` events at once, RUNS in all, each batch after the
--- last was acknowledged; ms from XADD to handler start and to the ack.
-local function relay_latency(c, concurrency)
-    local stream, name = "lat" .. concurrency, "relay-lat" .. concurrency
-    call(c, "XGROUP", "CREATE", stream, name, "$", "MKSTREAM")
-    local d = start_daemon(name, stream, concurrency)
-    wait_ready(c, stream, name)
-    local added, acked = {}, {}
-    for _ = 1, RUNS / concurrency do
-        loop.sleep(COLD_GAP_S)
-        local ids = {}
-        for _ = 1, concurrency do
-            local t0 = realtime_ns()
-            local id = call(c, "XADD", stream, "*", "event", '{"kind":"bench"}')
-            added[id], ids[#ids + 1] = t0, id
-        end
-        local deadline = loop.monotonic() + 30
-        while #ids > 0 do
-            assert(loop.monotonic() < deadline, "events not acknowledged within 30 s: see " .. d.log)
-            local done, now = acked_ids(c, stream, name, ids), realtime_ns()
-            local left = {}
-            for _, id in ipairs(ids) do
-                if done[id] then
-                    acked[id] = now
-                else
-                    left[#left + 1] = id
-                end
-            end
-            ids = left
-            if #ids > 0 then
-                loop.sleep(POLL_S)
-            end
+--- Warm containers waiting in the daemon's pool (their runc state dirs).
+local function warm_count(d)
+    local n = 0
+    for _, e in ipairs(fs.list(d.runc_root) or {}) do
+        n = n + (e.name:find("-warm-", 1, true) and 1 or 0)
+    end
+    return n
+end
+
+
+local function wait_pool(d)
+    local deadline = loop.monotonic() + 30
+    while warm_count(d) < d.concurrency do
+        assert(loop.monotonic() < deadline, "the warm pool did not fill: see " .. d.log)
+        loop.sleep(POLL_S)
+    end
+end
+
+
+--- XADDs one event per slot at once and waits for their acks; the times
+-- go to d.added and d.acked (unless warmup).
+local function batch(c, d, warmup)
+    local ids = {}
+    for _ = 1, d.concurrency do
+        local t0 = realtime_ns()
+        local id = call(c, "XADD", d.stream, "*", "event", '{"kind":"bench"}')
+        ids[#ids + 1] = id
+        if not warmup then
+            d.added[id] = t0
         end
     end
+    local deadline = loop.monotonic() + 30
+    while #ids > 0 do
+        assert(loop.monotonic() < deadline, "events not acknowledged within 30 s: see " .. d.log)
+        local done, now = acked_ids(c, d.stream, d.name, ids), realtime_ns()
+        local left = {}
+        for _, id in ipairs(ids) do
+            if done[id] then
+                d.acked[id] = now
+            else
+                left[#left + 1] = id
+            end
+        end
+        ids = left
+        if #ids > 0 then
+            loop.sleep(POLL_S)
+        end
+    end
+end
+
+
+local function latency_daemon(c, concurrency, warm)
+    local name = string.format("relay-%s%d", warm and "warm" or "cold", concurrency)
+    call(c, "XGROUP", "CREATE", name, name, "$", "MKSTREAM")
+    local d = start_daemon(name, name, concurrency, warm)
+    wait_ready(c, name, name)
+    if warm then
+        batch(c, d, true)  -- the app's first start is cold: it fills the pool
+    end
+    return d
+end
+
+
+--- Medians of a finished daemon's series: { start = ms, done = ms } after reporting it.
+local function report_daemon(d, label)
     stop_daemon(d)
     local starts, acks = {}, {}
     local printed = handler_starts(d)
-    for id, t0 in pairs(added) do
+    for id, t0 in pairs(d.added) do
         assert(printed[id], "no handler start logged for " .. id .. ": see " .. d.log)
-        starts[#starts + 1], acks[#acks + 1] = (printed[id] - t0) / 1e6, (acked[id] - t0) / 1e6
+        starts[#starts + 1], acks[#acks + 1] = (printed[id] - t0) / 1e6, (d.acked[id] - t0) / 1e6
     end
-    report("relay run, concurrency " .. concurrency .. " (cold)", starts, acks, "ack")
+    report(label, starts, acks, "ack")
+    return { start = percentile(starts, 50), done = percentile(acks, 50) }
 end
 
+
+local function series()
+    return { starts = {}, exits = {} }
+end
+
+
+--- One latency run at a concurrency: cold and warm daemons side by side,
+-- batches alternating, bare runtimes in each round when `bare` is given.
+-- Returns the warm medians.
+local function relay_latency(c, concurrency, bare)
+    local cold, warm = latency_daemon(c, concurrency, false), latency_daemon(c, concurrency, true)
+    for i = 1, RUNS / concurrency do
+        if bare then
+            loop.sleep(COLD_GAP_S)
+            bare.runc.starts[i], bare.runc.exits[i] = bare_runc(i)
+            loop.sleep(COLD_GAP_S)
+            bare.bwrap.starts[i], bare.bwrap.exits[i] = bare_bwrap()
+        end
+        loop.sleep(COLD_GAP_S)
+        batch(c, cold)
+        wait_pool(warm)
+        loop.sleep(COLD_GAP_S)
+        batch(c, warm)
+    end
+    report_daemon(cold, "relay run, concurrency " .. concurrency .. " (cold)")
+    return report_daemon(warm, "relay run, concurrency " .. concurrency .. " (warm)")
+end
+
+
 --- M events pre-loaded, concurrency 2: invocations/s from launch to the last ack.
-local function relay_throughput(c)
-    local stream, name = "tput", "relay-tput"
+local function relay_throughput(c, warm)
+    local name = "relay-tput-" .. (warm and "warm" or "cold")
     for _ = 1, M do
-        call(c, "XADD", stream, "*", "event", '{"kind":"bench"}')
+        call(c, "XADD", name, "*", "event", '{"kind":"bench"}')
     end
     local t0 = loop.monotonic()
-    local d = start_daemon(name, stream, 2)
+    local d = start_daemon(name, name, 2, warm)
     local deadline = t0 + 600
     while true do
-        local ok, groups = pcall(call, c, "XINFO", "GROUPS", stream)
+        local ok, groups = pcall(call, c, "XINFO", "GROUPS", name)
         local done = false
         for _, g in ipairs(ok and groups or {}) do
             local t = redis.pairs_to_table(g)
@@ -276,18 +337,26 @@ local function relay_throughput(c)
     end
     local elapsed = loop.monotonic() - t0
     stop_daemon(d)
-    print(string.format("relay run, trivial handler, concurrency 2 (cold): %.1f invocations/s (%d from launch, "
-        .. "%.2f s)", M / elapsed, M, elapsed))
+    print(string.format("relay run, trivial handler, concurrency 2 (%s): %.1f invocations/s (%d from launch, "
+        .. "%.2f s)", warm and "warm" or "cold", M / elapsed, M, elapsed))
 end
 
+
 local c = assert(redis.connect(assert(config.load({ REDIS_URL = URL, REDIS_STREAM = "lat1" }))))
-print(string.format("dispatch: handler /bin/date +%%s%%N (image: host), runc; %d events per series; cold starts "
-    .. "only (warm one-shot starts not implemented yet)", RUNS))
-bare_series("bare runc run (Relay's bundle)", bare_runc)
-bare_series("bare bwrap (plain namespaces)", bare_bwrap)
-relay_latency(c, 1)
-relay_latency(c, 2)
-relay_throughput(c)
+print(string.format("dispatch: handler /bin/date +%%s%%N (image: host), runc; %d events per series, series "
+    .. "interleaved", RUNS))
+local bare = { runc = series(), bwrap = series() }
+local warm1 = relay_latency(c, 1, bare)
+report("bare runc run (Relay's bundle)", bare.runc.starts, bare.runc.exits, "exit")
+report("bare bwrap (plain namespaces)", bare.bwrap.starts, bare.bwrap.exits, "exit")
+local runc_start, runc_exit = percentile(bare.runc.starts, 50), percentile(bare.runc.exits, 50)
+print(string.format("ratio warm/bare-runc at p50, concurrency 1: start %.2f, outcome (ack vs exit) %.2f",
+    warm1.start / runc_start, warm1.done / runc_exit))
+local warm2 = relay_latency(c, 2)
+print(string.format("ratio warm/bare-runc at p50, concurrency 2: start %.2f, outcome (ack vs exit) %.2f",
+    warm2.start / runc_start, warm2.done / runc_exit))
+relay_throughput(c, false)
+relay_throughput(c, true)
 c:close()
 rt:close()
 runtime.remove_cgroup_dirs("relay/bench")

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Dispatch latency: `relay run` from XADD to handler start and to the
-# acknowledgement at concurrency 1 and 2, throughput of a trivial handler,
-# against bare `runc run` and bare bwrap in the same run, on a private
-# redis-server (tests/bench/dispatch_bench.lua does the work). Cold starts
-# only: warm one-shot starts are not implemented yet. Needs root, runc, bwrap
-# and redis-server. Prints percentiles, asserts no time.
-#   tests/bench/dispatch_bench.sh [RUNS] [M]     RELAY_BIN picks the binary (default build/relay)
+# acknowledgement at concurrency 1 and 2, cold and warm, throughput of a
+# trivial handler, against bare `runc run` and bare bwrap in the same run
+# (interleaved), on a private redis-server (tests/bench/dispatch_bench.lua
+# does the work). Needs root, runc, bwrap and redis-server. Prints
+# percentiles and warm/bare-runc ratios, asserts no time.
+#   tests/bench/dispatch_bench.sh [--quick] [RUNS] [M]   RELAY_BIN picks the binary (default build/relay)
+# --quick: 6 events per series and 10 for throughput (a bounded check that it all runs).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${RELAY_BIN:-$here/build/relay}
+quick=0
+if [[ ${1:-} == --quick ]]; then quick=1; shift; fi
 runs=${1:-40} m=${2:-40}
+if ((quick)); then runs=6 m=10; fi
 [[ -x $bin ]] || { echo "no relay binary at $bin (build first)" >&2; exit 2; }
 for tool in redis-server runc bwrap; do
     command -v "$tool" >/dev/null || { echo "$tool not found" >&2; exit 2; }
