@@ -2,14 +2,16 @@
 -- runc: after an app's first (cold) start its pool holds pre-created
 -- containers waiting in relay-init; a taken one runs its handler with the
 -- invocation's own environment and event, full timeout, timeout kill and
--- output capture; `warm: 0` stays cold; reload, pause, SIGTERM and a
--- SIGKILLed daemon leave no waiting container behind.
+-- output capture; `warm: 0` stays cold; reload, pause, an idle pool,
+-- SIGTERM and a SIGKILLed daemon leave no waiting container behind; bwrap
+-- starts warm too.
 local daemon = require("helpers.daemon")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local world = require("helpers.world")
 
 local usable = world.usable({ compressed = true })
+local with_bwrap = world.usable({ compressed = true, tools = { "runc", "bwrap" } })
 
 -- Prints what the handler was started with, then acts on the event's "do".
 local HANDLER = [[#!/bin/sh
@@ -53,7 +55,10 @@ local function warm_ids(d)
 end
 
 
-(usable and describe or pending)("warm one-shot starts #compressed", function()
+local maybe = usable and describe or pending
+local maybe_bwrap = with_bwrap and describe or pending
+
+maybe("warm one-shot starts #compressed", function()
     local w, apps, d
 
     before_each(function()
@@ -152,6 +157,13 @@ end
         d:wait_until(function() return #warm_ids(d) == 0 end, 15, "no warm container after the pause")
     end)
 
+    it("retires a pool no one took from for warm_idle_ms (5 s in this build)", function()
+        run("one")
+        pool_filled()
+        d:wait_until(function() return #warm_ids(d) == 0 end, 30, "the idle pool retired")
+        assert.truthy(d:alive())
+    end)
+
     it("exits promptly on SIGTERM with a filled pool and leaves nothing", function()
         run("one")
         pool_filled()
@@ -164,5 +176,37 @@ end
         pool_filled()
         d:kill9()
         d:wait_until(function() return #d:runc_list() == 0 end, 10, "no container left")
+    end)
+end)
+
+
+maybe_bwrap("warm one-shot starts under bwrap #compressed", function()
+    local w, apps
+
+    after_each(function()
+        w = world.close(w)
+        fs.rm_rf(apps)
+    end)
+
+    it("starts a later invocation warm, with its own values", function()
+        apps = make_apps()
+        w = world.new({ apps = apps })
+        local d = w:started("b1", { RELAY_RUNTIME = "bwrap" })
+        -- no runc list to watch the pool fill: the starts after the first
+        -- are warm once it has (each waits for the previous outcome)
+        local warm_line, id
+        for _ = 1, 20 do
+            id = w:publish('{"t":"two","do":""}')
+            d:wait_until(function() return #d:grep("message_id=" .. id) > 0 end, 30, "the attempt of " .. id)
+            local line = d:grep("message_id=" .. id)[1]
+            if line:find("warm=true", 1, true) then
+                warm_line = line
+                break
+            end
+        end
+        assert.truthy(warm_line, d:tail(20))
+        assert.matches("attempt succeeded", warm_line)
+        assert.truthy(d:grep("] saw H=two A=1 M=" .. id .. " T=event D=set")[1], d:tail(10))
+        assert.are.equal(0, d:stop("TERM", 15).code)
     end)
 end)
