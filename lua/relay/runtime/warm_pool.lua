@@ -17,6 +17,7 @@
 -- opts.size_of(app) says how many an app's pool holds now (0: none, say
 -- while it is paused or the daemon drains).
 local constants = require("relay.constants")
+local invoke = require("relay.runtime.invoke")
 local log = require("relay.log")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")
@@ -67,7 +68,7 @@ local function create(drv, app)
         return nil, err
     end
     local entry = { drv = drv, spec = spec, born = loop.monotonic() }
-    local opts = require("relay.runtime.invoke").spawn_options(spec, router(entry))
+    local opts = invoke.spawn_options(spec, router(entry))
     opts.deferred = true
     local h, serr = proc.spawn(opts)
     runtime.close_fds(spec.pass_fds)
