@@ -1008,19 +1008,21 @@ relay_proc_activate(relay_proc *p, const char *start, size_t start_len, const ch
         errno = ESRCH;
         return -1;
     }
-    if (send_start(p->ctl.fd, start, start_len) != 0) {
+    /* before the record: once it is sent the handler runs, and must get
+     * its whole stdin */
+    if (stdin_len > 0 && (p->in_data = malloc(stdin_len)) == NULL) {
         return -1;
+    }
+    if (send_start(p->ctl.fd, start, start_len) != 0) {
+        free(p->in_data);
+        p->in_data = NULL;
+        return -1;
+    }
+    if (stdin_len > 0) {
+        memcpy(p->in_data, stdin_data, stdin_len);
     }
     p->deferred = 0;
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
-    if (stdin_len > 0) {
-        p->in_data = malloc(stdin_len);
-        if (p->in_data == NULL) {
-            stdin_len = 0; /* the handler gets an empty stdin; it was started */
-        } else {
-            memcpy(p->in_data, stdin_data, stdin_len);
-        }
-    }
     p->in_len = stdin_len;
     p->in_off = 0;
     p->timeout_s = timeout_s;
