@@ -244,12 +244,15 @@ function Daemon:runc_list()
 end
 
 
---- The runc_list ids of attempts' containers: without the warm pool's
--- (relay.runtime.warm_pool), which a live daemon keeps waiting.
-function Daemon:attempt_containers()
+--- The runc_list ids but this daemon's own waiting warm containers
+-- (relay.runtime.warm_pool): once its attempts have settled, what is left
+-- of attempts. (A taken warm container keeps its name: only while nothing
+-- runs does the name tell a waiting one.)
+function Daemon:containers_but_pool()
+    local pool = "-warm-" .. self.pid .. "-"
     local out = {}
     for _, id in ipairs(self:runc_list()) do
-        if not id:find("-warm-", 1, true) then
+        if not id:find(pool, 1, true) then
             out[#out + 1] = id
         end
     end

@@ -58,7 +58,9 @@ maybe("two streams, one consumer name, one state directory", function()
         local first = w:publish('{"t":"sleep","s":3}', "alpha")
         a:wait_until(function() return #a:runs("start") == 1 end, 15, "alpha's handler started")
         local running = containers_kept(w.state_dir)
-        assert.are.equal(1, count(running, "alpha"), "the container is named after its stream")
+        -- (with the containers its warm pool made meanwhile, named alike)
+        assert.is_true(count(running, "alpha") >= 1, "the container is named after its stream")
+        assert.are.equal(0, count(running, "beta"))
 
         -- The second stream's daemon starts while the first one's handler runs: the handler
         -- finishes and succeeds.
@@ -75,7 +77,7 @@ maybe("two streams, one consumer name, one state directory", function()
         a:wait_until(function() return #a:runs("start") == 2 end, 15, "alpha's second handler started")
         local crashed = tostring(a.pid)
         a:kill9()
-        assert.are.equal(1, count(containers_kept(w.state_dir), "-" .. crashed .. "-"))
+        assert.is_true(count(containers_kept(w.state_dir), "-" .. crashed .. "-") >= 1, "nothing kept of the crash")
         local a2 = w:daemon("same", { REDIS_STREAM = "alpha" })
         w:ready(a2)
         assert.are.equal(0, count(containers_kept(w.state_dir), "-" .. crashed .. "-"),
