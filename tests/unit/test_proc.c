@@ -1,6 +1,6 @@
 /* Process supervision: exit codes, signals, stdin, line splitting, floods,
  * the TERM -> KILL deadline on a whole group, start errors, the control
- * socket, no zombies. */
+ * socket, deferred (warm) starts, no zombies. */
 #include "relay/proc.h"
 
 #include <errno.h>
@@ -506,6 +506,59 @@ test_control(void)
 }
 
 
+/* A deferred child: stdin stays open and no deadline runs until the
+ * activation, which sends the start record on the control socket first;
+ * closing the control socket instead ends a child waiting on it. */
+static void
+test_deferred(void)
+{
+    static const char *const argv[] = {"sh", "-c", "head -c 5 <&3; echo; cat", NULL};
+    static const char *const waiter[] = {"sh", "-c", "cat <&3 >/dev/null; exit 3", NULL};
+    struct ev_loop *loop = ev_default_loop(0);
+    relay_proc_opts o;
+    struct run r;
+    relay_proc *p;
+    char err[256];
+    int i;
+
+    memset(&o, 0, sizeof o);
+    memset(&r, 0, sizeof r);
+    o.argv = argv;
+    o.control = 1;
+    o.deferred = 1;
+    o.timeout_s = 0.01; /* ignored: the deadline is the activation's */
+    o.on_line = on_line;
+    o.on_done = on_done;
+    o.ud = &r;
+    p = relay_proc_spawn(loop, &o, err, sizeof err);
+    CHECK(p != NULL);
+    for (i = 0; i < 20; i++) {
+        usleep(5000);
+        ev_run(loop, EVRUN_NOWAIT);
+    }
+    CHECK(!r.done && r.nlines == 0);
+    CHECK(relay_proc_activate(p, "hello", 5, "the event\n", 10, 10.0, 1.0) == 0);
+    CHECK(relay_proc_activate(p, "again", 5, NULL, 0, 10.0, 1.0) != 0);
+    while (!r.done) {
+        ev_run(loop, EVRUN_ONCE);
+    }
+    CHECK(r.rep.exited && r.rep.status == 0 && !r.rep.timed_out);
+    CHECK(r.nlines == 2 && strcmp(r.lines[0].bytes, "hello") == 0 && strcmp(r.lines[1].bytes, "the event") == 0);
+    run_free(&r);
+
+    memset(&r, 0, sizeof r);
+    o.argv = waiter;
+    p = relay_proc_spawn(loop, &o, err, sizeof err);
+    CHECK(p != NULL);
+    relay_proc_close_control(p);
+    while (!r.done) {
+        ev_run(loop, EVRUN_ONCE);
+    }
+    CHECK(r.rep.exited && r.rep.status == 3);
+    run_free(&r);
+}
+
+
 int
 main(void)
 {
@@ -522,6 +575,7 @@ main(void)
     test_start_errors();
     test_terminate_and_free();
     test_control();
+    test_deferred();
     CHECK(relay_proc_live_count() == 0);
     /* no zombies: every child we forked was reaped */
     CHECK(waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD);
