@@ -576,7 +576,9 @@ end
 
 
 --- Private roots of `relay app invoke` runs of this consumer that were
--- killed (their pid is gone): their containers, dirs and cgroup leaves.
+-- killed (their pid is gone): their containers and dirs, and the cgroup
+-- parent of their own that invokes had before the shared one (the shared
+-- one's leaves: runtime.sweep_cgroup_leaves).
 function D:sweep_dead_invokes()
     local n = 0
     for _, e in ipairs(fs.list(self.rt.base_dir) or {}) do
