@@ -828,6 +828,41 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
 }
 
 
+/* Starts the child. vfork where the child has nothing to wait for before
+ * its exec: fork copied the page tables of this process (the daemon's or
+ * `relay app invoke`'s, with LuaJIT's heap), and every page it wrote while
+ * the child lived became a copy-on-write fault (~220 per `relay app
+ * invoke`). A cgroup write can wait a kernel grace period, which would
+ * stop the loop for as long, and glibc's setuid and setgid signal every
+ * thread of the process, whose list vfork shares: such children fork.
+ * Every signal is blocked meanwhile: a handler of ours must not run in the
+ * vfork child, on our memory (child_exec resets them, then the mask).
+ * noinline: the child's stack frames lie below this function's, which
+ * the child never returns to. */
+static pid_t __attribute__((noinline)) start_child(const relay_proc_opts *o, const char *path, const int std[3],
+                                                   const int *fds, size_t n_fds, int errfd, pid_t parent)
+{
+    sigset_t all, old;
+    pid_t pid;
+
+    if ((o->cgroup_procs != NULL && o->cgroup_procs[0] != NULL) || o->set_ids) {
+        pid = fork();
+        if (pid == 0) {
+            child_exec(o, path, std, fds, n_fds, errfd, parent);
+        }
+        return pid;
+    }
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = vfork();
+    if (pid == 0) {
+        child_exec(o, path, std, fds, n_fds, errfd, parent);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return pid;
+}
+
+
 /* The descriptors the child gets from fd 3 on: pass_fds, then its end of
  * the control socket. Returns how many. */
 static size_t
@@ -873,16 +908,10 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
     n_fds = child_fd_list(o, ctl[1], fds);
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
     parent = getpid();
-    p->pid = fork();
+    p->pid = start_child(o, path, (const int[3]){in[0], out[1], errp[1]}, fds, n_fds, ep[1], parent);
     if (p->pid < 0) {
         snprintf(err, errlen, "fork: %s", strerror(errno));
         goto fail;
-    }
-    if (p->pid == 0) {
-        int std[3] = {in[0], out[1], errp[1]};
-
-        close(ep[0]);
-        child_exec(o, path, std, fds, n_fds, ep[1], parent);
     }
     close(in[0]);
     close(out[1]);
