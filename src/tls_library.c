@@ -69,29 +69,29 @@ library_symbol(const char *name)
 }
 
 
-/* name's definition: the library's function, looked up on its first call. */
-#define FORWARD(ret, name, params, args)                         \
-    ret name params                                              \
-    {                                                            \
-        static ret(*fn) params;                                  \
-        ret(*f) params = __atomic_load_n(&fn, __ATOMIC_ACQUIRE); \
-        if (f == NULL) {                                         \
-            *(void **)&f = library_symbol(#name);                \
-            __atomic_store_n(&fn, f, __ATOMIC_RELEASE);          \
-        }                                                        \
-        return f args;                                           \
+/* f: the library's function `name` (of type ret (*) params), looked up on
+ * its first call. */
+#define RESOLVE(ret, name, params)                           \
+    static ret(*fn) params;                                  \
+    ret(*f) params = __atomic_load_n(&fn, __ATOMIC_ACQUIRE); \
+    if (f == NULL) {                                         \
+        *(void **)&f = library_symbol(#name);                \
+        __atomic_store_n(&fn, f, __ATOMIC_RELEASE);          \
     }
 
-#define FORWARD_VOID(name, params, args)                          \
-    void name params                                              \
-    {                                                             \
-        static void(*fn) params;                                  \
-        void(*f) params = __atomic_load_n(&fn, __ATOMIC_ACQUIRE); \
-        if (f == NULL) {                                          \
-            *(void **)&f = library_symbol(#name);                 \
-            __atomic_store_n(&fn, f, __ATOMIC_RELEASE);           \
-        }                                                         \
-        f args;                                                   \
+/* name's definition: the library's function, called with args. */
+#define FORWARD(ret, name, params, args) \
+    ret name params                      \
+    {                                    \
+        RESOLVE(ret, name, params)       \
+        return f args;                   \
+    }
+
+#define FORWARD_VOID(name, params, args) \
+    void name params                     \
+    {                                    \
+        RESOLVE(void, name, params)      \
+        f args;                          \
     }
 
 typedef int (*client_cert_fn)(SSL *ssl, X509 **x509, EVP_PKEY **pkey);

@@ -417,25 +417,36 @@ test_start_errors(void)
 }
 
 
+/* A `sleep 30` child whose completion lands in r; the caller ends it. */
+static relay_proc *
+spawn_sleeper(struct run *r)
+{
+    static const char *const slp[] = {"sleep", "30", NULL};
+    relay_proc_opts o;
+    relay_proc *p;
+    char err[256];
+
+    memset(&o, 0, sizeof o);
+    memset(r, 0, sizeof *r);
+    o.argv = slp;
+    o.on_done = on_done;
+    o.ud = r;
+    p = relay_proc_spawn(ev_default_loop(0), &o, err, sizeof err);
+    CHECK(p != NULL);
+    return p;
+}
+
+
 static void
 test_terminate_and_free(void)
 {
-    static const char *const slp[] = {"sleep", "30", NULL};
     struct ev_loop *loop = ev_default_loop(0);
-    relay_proc_opts o;
     relay_proc *p;
     struct run r;
-    char err[256];
     pid_t pid;
     int i;
 
-    memset(&o, 0, sizeof o);
-    memset(&r, 0, sizeof r);
-    o.argv = slp;
-    o.on_done = on_done;
-    o.ud = &r;
-    p = relay_proc_spawn(loop, &o, err, sizeof err);
-    CHECK(p != NULL);
+    p = spawn_sleeper(&r);
     for (i = 0; i < 5; i++) {
         ev_run(loop, EVRUN_NOWAIT);
     }
@@ -446,9 +457,7 @@ test_terminate_and_free(void)
     CHECK(r.rep.timed_out && r.rep.signal == SIGTERM);
 
     /* freeing a running child kills and reaps it at once */
-    memset(&r, 0, sizeof r);
-    p = relay_proc_spawn(loop, &o, err, sizeof err);
-    CHECK(p != NULL);
+    p = spawn_sleeper(&r);
     pid = relay_proc_pid(p);
     relay_proc_free(p);
     CHECK(kill(pid, 0) != 0 && errno == ESRCH);
@@ -514,27 +523,17 @@ test_control(void)
 static void
 test_no_copy_on_write(void)
 {
-    static const char *const slp[] = {"sleep", "30", NULL};
     enum { PAGES = 1024 };
     size_t len = (size_t)PAGES * (size_t)sysconf(_SC_PAGESIZE);
     char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    struct ev_loop *loop = ev_default_loop(0);
     struct rusage before, after;
-    relay_proc_opts o;
     relay_proc *p;
     struct run r;
-    char err[256];
 
     CHECK(mem != MAP_FAILED);
     madvise(mem, len, MADV_NOHUGEPAGE); /* one fault per page, not per huge page */
     memset(mem, 1, len);
-    memset(&o, 0, sizeof o);
-    memset(&r, 0, sizeof r);
-    o.argv = slp;
-    o.on_done = on_done;
-    o.ud = &r;
-    p = relay_proc_spawn(loop, &o, err, sizeof err);
-    CHECK(p != NULL);
+    p = spawn_sleeper(&r);
     getrusage(RUSAGE_SELF, &before);
     memset(mem, 2, len);
     getrusage(RUSAGE_SELF, &after);
