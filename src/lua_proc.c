@@ -331,9 +331,6 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
     lua_getfield(L, 1, "control");
     o->control = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    lua_getfield(L, 1, "join_only");
-    o->join_only = lua_toboolean(L, -1);
-    lua_pop(L, 1);
     lua_getfield(L, 1, "deferred");
     o->deferred = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -350,9 +347,7 @@ fill_opts(lua_State *L, relay_proc_opts *o, lproc *h)
  * Starts a child in its own process group.
  * opts: argv (list, required), env ({K=V}, nil = inherit), cwd, stdin (string),
  * timeout, grace, drain, kill_delay (seconds), line_max, keep_group,
- * cgroup_procs (list of cgroup.procs files to join before exec),
- * join_only (true: the child joins them and exits 0 without exec; spawn
- * returns at once, the status says whether the writes worked), then
+ * cgroup_procs (list of cgroup.procs files to join before exec), then
  * pass_fds (list: they become fds 3, 4, ...), control (true: a control
  * socket as the next descriptor; its lines come to on_line as stream
  * "control", see relay/proc.h), nofile, no_core (rlimits),
@@ -604,6 +599,27 @@ lua_proc_tostring(lua_State *L)
 
 
 /***
+ * @function proc.cgroup_warm(procs_path)
+ * Writes this process's pid to procs_path (the cgroup.procs of its own
+ * cgroup) from a thread, returning at once (relay/proc.h).
+ * @return true, or nil, err when the thread could not start
+ */
+static int
+lua_proc_cgroup_warm(lua_State *L)
+{
+    char err[128];
+
+    if (relay_proc_cgroup_warm(luaL_checkstring(L, 1), err, sizeof err) != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+
+/***
  * @function proc.live_count()
  * @return the number of supervised children not yet freed (tests, metrics)
  */
@@ -635,6 +651,7 @@ luaopen_relay_core_proc(lua_State *L)
     static const luaL_Reg funcs[] = {
         {"spawn", lua_proc_spawn},
         {"live_count", lua_proc_live_count},
+        {"cgroup_warm", lua_proc_cgroup_warm},
         {NULL, NULL},
     };
 

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,25 +389,6 @@ child_exec(const relay_proc_opts *o, const char *path, const int std[3], const i
     }
     execve(path, (char *const *)o->argv, (char *const *)(o->envp != NULL ? o->envp : (const char *const *)environ));
     child_fail(errfd, STAGE_EXEC, 0);
-}
-
-
-/* join_only: the cgroup writes, nothing else (no exec to reset for). */
-static void
-child_join_and_exit(const relay_proc_opts *o, int errfd)
-{
-    struct sigaction sa;
-    int sig;
-
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_DFL;
-    for (sig = 1; sig < NSIG; sig++) {
-        sigaction(sig, &sa, NULL);
-    }
-    /* nobody reads the error pipe of this child: its exit status reports */
-    close(errfd);
-    child_join_cgroups(o->cgroup_procs, -1);
-    _exit(0);
 }
 
 
@@ -803,9 +785,8 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     p->child.data = p;
     ev_child_start(p->loop, &p->child);
 
-    /* a join_only child blocks in its cgroup write: its exit status tells */
     do {
-        n = o->join_only ? 0 : read(errfd, &ce, sizeof ce);
+        n = read(errfd, &ce, sizeof ce);
     } while (n < 0 && errno == EINTR);
     if (n == (ssize_t)sizeof ce) {
         describe_start_error(p, o, &ce);
@@ -849,6 +830,41 @@ parent_setup(relay_proc *p, const relay_proc_opts *o, int errfd)
     } else {
         close_stdin(p);
     }
+}
+
+
+/* Starts the child. vfork where the child has nothing to wait for before
+ * its exec: fork copied the page tables of this process (the daemon's or
+ * `relay app invoke`'s, with LuaJIT's heap), and every page it wrote while
+ * the child lived became a copy-on-write fault (~220 per `relay app
+ * invoke`). A cgroup write can wait a kernel grace period, which would
+ * stop the loop for as long, and glibc's setuid and setgid signal every
+ * thread of the process, whose list vfork shares: such children fork.
+ * Every signal is blocked meanwhile: a handler of ours must not run in the
+ * vfork child, on our memory (child_exec resets them, then the mask).
+ * noinline: the child's stack frames lie below this function's, which
+ * the child never returns to. */
+static pid_t __attribute__((noinline)) start_child(const relay_proc_opts *o, const char *path, const int std[3],
+                                                   const int *fds, size_t n_fds, int errfd, pid_t parent)
+{
+    sigset_t all, old;
+    pid_t pid;
+
+    if ((o->cgroup_procs != NULL && o->cgroup_procs[0] != NULL) || o->set_ids) {
+        pid = fork();
+        if (pid == 0) {
+            child_exec(o, path, std, fds, n_fds, errfd, parent);
+        }
+        return pid;
+    }
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = vfork();
+    if (pid == 0) {
+        child_exec(o, path, std, fds, n_fds, errfd, parent);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return pid;
 }
 
 
@@ -897,19 +913,10 @@ relay_proc_spawn(struct ev_loop *loop, const relay_proc_opts *o, char *err, size
     n_fds = child_fd_list(o, ctl[1], fds);
     clock_gettime(CLOCK_MONOTONIC, &p->t0);
     parent = getpid();
-    p->pid = fork();
+    p->pid = start_child(o, path, (const int[3]){in[0], out[1], errp[1]}, fds, n_fds, ep[1], parent);
     if (p->pid < 0) {
         snprintf(err, errlen, "fork: %s", strerror(errno));
         goto fail;
-    }
-    if (p->pid == 0) {
-        int std[3] = {in[0], out[1], errp[1]};
-
-        close(ep[0]);
-        if (o->join_only) {
-            child_join_and_exit(o, ep[1]);
-        }
-        child_exec(o, path, std, fds, n_fds, ep[1], parent);
     }
     close(in[0]);
     close(out[1]);
@@ -1086,4 +1093,66 @@ int
 relay_proc_live_count(void)
 {
     return live_procs;
+}
+
+
+/* ---- the cgroup warm-up (relay_proc_cgroup_warm) ---- */
+
+struct cgroup_warm {
+    char path[4096];
+};
+
+
+static void *
+cgroup_warm_thread(void *arg)
+{
+    struct cgroup_warm *w = arg;
+    char pid[24];
+    int len = snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    int fd = open(w->path, O_WRONLY | O_CLOEXEC);
+
+    if (fd >= 0) {
+        ssize_t n = write(fd, pid, (size_t)len);
+
+        (void)n; /* best effort: a failed write only loses the head start */
+        close(fd);
+    }
+    free(w);
+    return NULL;
+}
+
+
+int
+relay_proc_cgroup_warm(const char *procs_path, char *err, size_t errlen)
+{
+    struct cgroup_warm *w = malloc(sizeof(*w));
+    sigset_t all, old;
+    pthread_attr_t attr;
+    pthread_t thread;
+    int rc;
+
+    if (w == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if ((size_t)snprintf(w->path, sizeof w->path, "%s", procs_path) >= sizeof w->path) {
+        free(w);
+        snprintf(err, errlen, "path too long");
+        return -1;
+    }
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* the thread blocks every signal (it inherits the mask): signals stay
+     * the main thread's, where the loop handles them */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&thread, &attr, cgroup_warm_thread, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        free(w);
+        snprintf(err, errlen, "thread: %s", strerror(rc));
+        return -1;
+    }
+    return 0;
 }

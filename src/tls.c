@@ -13,6 +13,7 @@
 #include <openssl/x509v3.h>
 
 #include "relay/tls.h"
+#include "relay/tls_library.h"
 
 struct relay_tls {
     SSL_CTX *ctx;
@@ -120,8 +121,12 @@ note_certificate_request(SSL *ssl, X509 **cert, EVP_PKEY **key)
 relay_tls *
 relay_tls_new(const relay_tls_options *opts, char *err, size_t errlen)
 {
-    relay_tls *tls = calloc(1, sizeof(*tls));
+    relay_tls *tls;
 
+    if (relay_tls_library_load(err, errlen) != 0) {
+        return NULL;
+    }
+    tls = calloc(1, sizeof(*tls));
     if (tls == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;

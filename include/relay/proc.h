@@ -79,10 +79,6 @@ typedef struct relay_proc_opts {
     size_t line_max;                 /* 0: RELAY_PROC_LINE_MAX */
     int keep_group;                  /* 0: SIGKILL what is left of the group once the child is reaped */
     const char *const *cgroup_procs; /* NULL-terminated cgroup.procs files the child joins before exec */
-    /* 1: the child only joins cgroup_procs and exits (0, or 127 when a write
-     * failed), without exec; spawn returns without waiting for it. A write to
-     * cgroup.procs may wait a kernel grace period: the caller goes on meanwhile. */
-    int join_only;
     /* Applied in the child after joining the cgroups, in this order, so a
      * root daemon can place the child and then drop its identity. */
     const int *pass_fds; /* these descriptors become fds 3, 4, ... of the child */
@@ -138,5 +134,13 @@ void relay_proc_free(relay_proc *p);
 
 /* Live procs (spawned, not yet freed): for tests and metrics. */
 int relay_proc_live_count(void);
+
+/* Writes this process's pid to procs_path (a cgroup.procs file of the
+ * cgroup it is in: a move to where it is) from a thread of its own, which
+ * blocks no signal handling and ends after the write. A cgroup.procs write
+ * may wait a kernel grace period: the caller goes on meanwhile, and a later
+ * write (runc's) finds it paid. Best effort: 0, or -1 with err filled when
+ * the thread could not start. */
+int relay_proc_cgroup_warm(const char *procs_path, char *err, size_t errlen);
 
 #endif

@@ -79,6 +79,24 @@ describe("rediss:// from the CLI", function()
         assert.matches("RELAY_REDIS_CA=" .. pki.dir .. "/nosuch.crt", r.stderr, 1, true)
     end)
 
+    -- Linked, OpenSSL cost every `relay` process ~2 ms of start-up; only a
+    -- TLS connection loads it now (src/tls_library.c).
+    it("loads OpenSSL only for a TLS connection", function()
+        local script = pki.dir .. "/maps.lua"
+        assert(fs.write_file(script, table.concat({
+            'local fs = require("relay.fs")',
+            'local function ssl() return fs.read_file("/proc/self/maps"):find("libssl", 1, true) ~= nil end',
+            'local before = ssl()',
+            'local addr = assert(require("relay.config").load()).redis_url',
+            'local client = assert(require("relay.core.redis").connect_blocking(addr, 5))',
+            'assert(client:call("PING"))',
+            'print(tostring(before) .. " " .. tostring(ssl()))',
+        }, "\n")))
+        local r = cli.run({ "x-lua", script }, server:env({ RELAY_REDIS_CA = pki.ca }))
+        assert.are.equal(0, r.code, r.stderr)
+        assert.are.equal("false true\n", r.stdout)
+    end)
+
     -- The tests above run only blocking code (openssl, cli.run's
     -- os.execute): the loop's cached time stayed where the loop last woke.
     -- On a loaded machine that was over 5 s behind, and the next test's

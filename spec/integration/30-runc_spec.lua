@@ -106,7 +106,8 @@ end
 
 
 --- Pids whose command line contains `needle`.
-local procs_matching = require("helpers.daemon").procs_matching
+local daemon = require("helpers.daemon")
+local procs_matching = daemon.procs_matching
 
 
 --- Waits up to 2 s for processes matching any needle to be gone: SIGKILLed
@@ -190,6 +191,16 @@ maybe("runc driver", function()
         -- the private root is gone, and nothing was left in the consumer's root
         assert.is_false(fs.exists(root_of("itest") .. "/invoke-" .. fs.getpid()))
         assert.is_false(fs.exists(root_of("itest") .. "/runc"))
+        -- its container's cgroup was a leaf of the consumer's shared invoke
+        -- parent, which stays for the next invoke (runc removed the leaf)
+        local invoke_rt = runtime.new({ runtime = "runc", state_dir = STATE, consumer = "itest", stream = "events",
+            group = "relay", private = true })
+        for _, parent in ipairs(invoke_rt:cgroup_parents()) do
+            assert.is_true(fs.is_dir(parent), parent)
+            for _, e in ipairs(fs.list(parent)) do
+                assert.is_false(e.dir, e.name)
+            end
+        end
     end)
 
     it("exits with the handler's status, 128+N on a signal, 127 for a missing command", function()
@@ -352,20 +363,41 @@ maybe("runc driver", function()
         -- sweep removes what is left of its private root
         assert.are.same({}, left_after_kill({ "sleep 1006" }))
         assert.is_true(fs.is_dir(dir))
+        -- leaves in the consumer's shared invoke parent: the killed invoke's
+        -- (as a runc killed with it leaves it) goes, a live invoke's stays
+        local dead_leaf = rt_a.prefix .. "-long-h-" .. pid .. "-1"
+        local live_leaf = rt_a.prefix .. "-long-h-" .. fs.getpid() .. "-1"
+        local shared = {}
+        for _, parent in ipairs(rt_a:cgroup_parents()) do
+            shared[#shared + 1] = parent .. "/" .. runtime.INVOKE_CGROUP
+            assert(fs.mkdir_p(shared[#shared] .. "/" .. dead_leaf))
+            assert(fs.mkdir_p(shared[#shared] .. "/" .. live_leaf))
+        end
+        daemon.wait_until(function() return not fs.alive(pid) end, 10, "the killed invoke reaped")
         rt_a:sweep()
         assert.is_false(fs.exists(root_of("orph-a") .. "/invoke-" .. pid))
         assert.are.same({}, left_after_kill({ "sleep 1005" }))
+        for _, d in ipairs(shared) do
+            assert.is_false(fs.exists(d .. "/" .. dead_leaf))
+            assert.is_true(fs.rmdir(d .. "/" .. live_leaf))
+        end
+        local function leaves(parent)
+            local out = {}
+            for _, e in ipairs(fs.list(parent) or {}) do
+                if e.dir and e.name ~= runtime.INVOKE_CGROUP then
+                    out[#out + 1] = e.name
+                end
+            end
+            for _, e in ipairs(fs.list(parent .. "/" .. runtime.INVOKE_CGROUP) or {}) do
+                if e.dir then
+                    out[#out + 1] = runtime.INVOKE_CGROUP .. "/" .. e.name
+                end
+            end
+            return out
+        end
         for _, rt in ipairs({ rt_a, rt_b }) do
             for _, parent in ipairs(rt:cgroup_parents()) do
-                assert.are.same({}, (function()
-                    local leaves = {}
-                    for _, e in ipairs(fs.list(parent) or {}) do
-                        if e.dir then
-                            leaves[#leaves + 1] = e.name
-                        end
-                    end
-                    return leaves
-                end)())
+                assert.are.same({}, leaves(parent))
             end
         end
     end)

@@ -78,6 +78,22 @@ describe("bytecode loader", function()
         assert.is_string(loader(NAME))
     end)
 
+    it("loads a submodule of an all-in-one C library (posix.so) itself, as the C loaders would", function()
+        local open_errno = loader("posix.errno")
+        assert.is_function(open_errno)
+        assert.are.equal(require("posix.errno").ENOENT, open_errno("posix.errno").ENOENT)
+        assert.are.equal("", loader("posix.no_such_module"))
+        assert.are.equal("", loader("relay_no_such_root.x"))
+        -- a C library of the submodule's own comes first: the C loader's to load
+        local saved_cpath = package.cpath
+        assert(fs.mkdir_p(SRC .. "/posix"))
+        assert(fs.write_file(SRC .. "/posix/errno.so", ""))
+        package.cpath = SRC .. "/?.so;" .. package.cpath
+        local answer = loader("posix.errno")
+        package.cpath = saved_cpath
+        assert.are.equal("", answer)
+    end)
+
     it("compiles a tree by module name and drops the files of removed modules", function()
         local tree = ROOT .. "/tree"
         assert(fs.mkdir_p(tree .. "/pkg/sub"))

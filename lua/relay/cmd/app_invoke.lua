@@ -131,7 +131,9 @@ function _M.execute(args)
     -- runc: pay the kernel's cgroup-attach grace period in a helper while
     -- the bundle is written and runc starts (runc.lua, D.prewarm)
     local drv = rt:driver_for(app)
-    local warm = drv and drv.prewarm and drv:prewarm()
+    if drv and drv.prewarm then
+        drv:prewarm()
+    end
     local handle, interrupted
     -- Ctrl-C or a TERM: stop the container (TERM, grace, KILL) before leaving,
     -- so nothing outlives this command
@@ -157,9 +159,6 @@ function _M.execute(args)
             end
         end,
     })
-    if warm then
-        warm:wait()
-    end
     on_signals(nil)
     rt:close()
     io.stdout:flush()

@@ -56,6 +56,13 @@ _M.SECCOMP_PROFILE = "allowlist"
 _M.INIT_TARGET = "/.relay-init"
 -- Where an invocation's secrets appear (runtime.secrets, as: file).
 _M.SECRETS_TARGET = "/run/secrets"
+-- The cgroup parent of every `relay app invoke` of a consumer, beside the
+-- daemon's leaves (whose sweep never looks inside it): created once by the
+-- first container, kept by the invokes, so runc makes only the leaf and
+-- nothing removes a directory per invoke in each v1 hierarchy. The leaf's
+-- name (the container id) carries the invoke's pid, for the sweep of killed
+-- ones (runc.lua, sweep_dead_invokes).
+_M.INVOKE_CGROUP = "invoke"
 -- relay-init's exit status when it could not start the handler at all
 -- (no status record then): the host's failure, not an attempt.
 _M.INIT_FAILED = 125
@@ -552,7 +559,7 @@ function _M.new(opts)
     rt.shared_dir = base
     if rt.private then
         base = base .. "/invoke-" .. pid
-        cg = cg .. "/invoke-" .. pid
+        cg = cg .. "/" .. _M.INVOKE_CGROUP
     end
     rt.base_dir = base
     rt.cgroup_parent = cg
@@ -816,9 +823,10 @@ function _M.made_dir(rt, path)
 end
 
 
---- Removes a private context's directories and cgroup parents: what the
--- drivers noted (made_dir), then the base dir; a tree walk only when
--- something else is left in it.
+--- Removes a private context's directories: what the drivers noted
+-- (made_dir), then the base dir; a tree walk only when something else is
+-- left in it. Its cgroup parent is the consumer's shared invoke parent,
+-- which stays (INVOKE_CGROUP); runc removed the leaves.
 function _M.close(rt)
     if not rt.private then
         return
@@ -827,19 +835,24 @@ function _M.close(rt)
         fs.rmdir(rt.made_dirs[i])
     end
     fs.remove_known(rt.base_dir)
-    _M.remove_cgroup_dirs(rt.cgroup_parent)
 end
 
 
---- rmdir of `rel` (relative to each hierarchy) where it exists and is
--- empty. Straight rmdirs: one that is not there fails harmlessly.
+--- rmdir of `rel` (relative to each hierarchy), and first of its shared
+-- invoke parent, where they exist and are empty. Straight rmdirs: one that
+-- is not there fails harmlessly.
 function _M.remove_cgroup_dirs(rel)
+    local dirs = { rel .. "/" .. _M.INVOKE_CGROUP, rel }
     if _M.cgroup_mode() == "v2" then
-        fs.rmdir(_M.CGROUP_ROOT .. "/" .. rel)
+        for _, d in ipairs(dirs) do
+            fs.rmdir(_M.CGROUP_ROOT .. "/" .. d)
+        end
         return
     end
     for _, name in ipairs(fs.names(_M.CGROUP_ROOT) or {}) do
-        fs.rmdir(_M.CGROUP_ROOT .. "/" .. name .. "/" .. rel)
+        for _, d in ipairs(dirs) do
+            fs.rmdir(_M.CGROUP_ROOT .. "/" .. name .. "/" .. d)
+        end
     end
 end
 
@@ -860,8 +873,32 @@ function _M.cgroup_parents(rt)
 end
 
 
---- Empty cgroup leaves of this context left by a crash: rmdir (an rmdir of
--- a cgroup that still has processes fails, so live leaves stay).
+--- The pid of the `relay app invoke` whose container a leaf of the invoke
+-- parent is: container_id ends in -<pid>-<seq>.
+local function invoke_pid_of(leaf)
+    return tonumber(leaf:match("%-(%d+)%-%d+$"))
+end
+
+
+--- Leaves a killed `relay app invoke` of this consumer left in the shared
+-- invoke parent. Only a dead invoke's: a live one's leaf may be empty yet
+-- (made by runc, its init not in it yet).
+local function sweep_dead_invoke_leaves(parent)
+    local n = 0
+    local dir = parent .. "/" .. _M.INVOKE_CGROUP
+    for _, e in ipairs(fs.list(dir) or {}) do
+        local pid = e.dir and invoke_pid_of(e.name)
+        if pid and not fs.alive(pid) and fs.rmdir(dir .. "/" .. e.name) then
+            n = n + 1
+        end
+    end
+    return n
+end
+
+
+--- Empty cgroup leaves of this context left by a crash, and of its killed
+-- invokes: rmdir (an rmdir of a cgroup that still has processes fails, so
+-- live leaves stay).
 function _M.sweep_cgroup_leaves(rt)
     local n = 0
     for _, parent in ipairs(_M.cgroup_parents(rt)) do
@@ -872,6 +909,7 @@ function _M.sweep_cgroup_leaves(rt)
                 end
             end
         end
+        n = n + sweep_dead_invoke_leaves(parent)
     end
     return n
 end

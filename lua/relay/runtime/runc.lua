@@ -493,25 +493,21 @@ local function own_cgroup_procs()
 end
 
 
---- Starts the kernel's cgroup-attach grace period early, off this process.
--- runc's first cgroup.procs write takes cgroup_threadgroup_rwsem for
+--- Starts the kernel's cgroup-attach grace period early, off the critical
+-- path. runc's first cgroup.procs write takes cgroup_threadgroup_rwsem for
 -- writing; unless another writer did so within the last RCU grace period
 -- that waits a full synchronize_rcu() (~8-20 ms here), which a one-shot
--- `relay app invoke` always paid. A helper that moves itself into the cgroup
--- it is already in (a no-op) pays that wait in parallel with the bundle
--- write and runc's own start: a forked child that writes and exits, with no
--- exec (a shell's start cost ~1 ms of CPU). Returns its proc handle, or nil.
+-- `relay app invoke` always paid. A thread that moves this process into the
+-- cgroup it is already in (a no-op) pays that wait in parallel with the
+-- bundle write and runc's own start. A thread, not a forked child: the fork
+-- copied this process's page tables and made every page it wrote
+-- afterwards a copy-on-write fault (~170 of them). true when started.
 function D.prewarm(_)
     local procs = own_cgroup_procs()
     if not procs or fs.geteuid() ~= 0 then
         return nil
     end
-    return require("relay.core.proc").spawn({
-        argv = { "relay-cgroup-prewarm" },
-        cgroup_procs = { procs },
-        join_only = true,
-        timeout = 10,
-    })
+    return require("relay.core.proc").cgroup_warm(procs)
 end
 
 
@@ -580,7 +576,9 @@ end
 
 
 --- Private roots of `relay app invoke` runs of this consumer that were
--- killed (their pid is gone): their containers, dirs and cgroup leaves.
+-- killed (their pid is gone): their containers and dirs, and the cgroup
+-- parent of their own that invokes had before the shared one (the shared
+-- one's leaves: runtime.sweep_cgroup_leaves).
 function D:sweep_dead_invokes()
     local n = 0
     for _, e in ipairs(fs.list(self.rt.base_dir) or {}) do
