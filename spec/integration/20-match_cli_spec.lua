@@ -385,7 +385,6 @@ describe("relay app validate", function()
     end)
 
     it("prints every error of a template, one line each, and all of them in --json", function()
-        local fs = require("relay.fs")
         local dir = require("helpers.tmp").mkdtemp("relay-validate-")
         assert(fs.mkdir(dir .. "/two"))
         local template = dir .. "/two/template.yaml"
@@ -405,7 +404,6 @@ describe("relay app validate", function()
     end)
 
     it("reports a program missing from the image, or not executable, at runtime.command", function()
-        local fs = require("relay.fs")
         local dir = require("helpers.tmp").mkdtemp("relay-validate-")
         assert(fs.mkdir(dir .. "/prog"))
         local template = dir .. "/prog/template.yaml"
