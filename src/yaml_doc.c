@@ -4,6 +4,9 @@
  */
 #include "relay/yaml_doc.h"
 
+#include "yaml_arena.h"
+#include "yaml_fast.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,25 +17,13 @@
 
 #define STR_TAG "tag:yaml.org,2002:str"
 
-#define ARENA_MIN_CHUNK (64u << 10)
-#define ARENA_ALIGN 16u
-
-/* Every node, scalar text and item array of one document lives in a chain of chunks:
- * one malloc per ~64 KB instead of three per node, and one free of the chain. The root
- * is the first allocation of the first chunk, which is how relay_yaml_free finds it. */
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char data[];
-} arena_chunk;
-
 typedef struct {
     yaml_parser_t parser;
     const char *text;
     size_t len;
     char *err;
     size_t errlen;
-    arena_chunk *first, *cur;
+    yaml_arena arena;
     relay_yaml_node **stack; /* children of the collections being built */
     size_t sp, stack_cap;
 } parse_ctx;
@@ -136,47 +127,7 @@ next_event(parse_ctx *ctx, yaml_event_t *ev)
 static void *
 arena_alloc(parse_ctx *ctx, size_t size)
 {
-    arena_chunk *c = ctx->cur;
-    size_t cap;
-    void *p;
-
-    size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-    if (c == NULL || c->cap - c->used < size) {
-        cap = c == NULL ? ARENA_MIN_CHUNK : c->cap * 2;
-        if (cap > (16u << 20)) {
-            cap = 16u << 20;
-        }
-        if (cap < size) {
-            cap = size;
-        }
-        c = malloc(sizeof(*c) + cap);
-        if (c == NULL) {
-            return NULL;
-        }
-        c->next = NULL;
-        c->used = 0;
-        c->cap = cap;
-        if (ctx->cur != NULL) {
-            ctx->cur->next = c;
-        } else {
-            ctx->first = c;
-        }
-        ctx->cur = c;
-    }
-    p = c->data + c->used;
-    c->used += size;
-    return p;
-}
-
-
-static void
-arena_free(arena_chunk *c)
-{
-    while (c != NULL) {
-        arena_chunk *next = c->next;
-        free(c);
-        c = next;
-    }
+    return yaml_arena_alloc(&ctx->arena, size);
 }
 
 
@@ -483,6 +434,19 @@ parse_stream(parse_ctx *ctx, relay_yaml_node **root)
 int
 relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen)
 {
+    if (errlen > 0) {
+        err[0] = '\0';
+    }
+    if (relay_yaml_fast_parse(text, len, root)) {
+        return 0;
+    }
+    return relay_yaml_parse_libyaml(text, len, root, err, errlen);
+}
+
+
+int
+relay_yaml_parse_libyaml(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen)
+{
     parse_ctx ctx;
     int rc;
 
@@ -505,7 +469,7 @@ relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err
     yaml_parser_delete(&ctx.parser);
     free(ctx.stack);
     if (rc != 0 || *root == NULL) {
-        arena_free(ctx.first);
+        yaml_arena_free(ctx.arena.first);
         *root = NULL;
     }
     return rc;
@@ -519,7 +483,7 @@ relay_yaml_free(relay_yaml_node *node)
     if (node == NULL) {
         return;
     }
-    arena_free((arena_chunk *)(void *)((unsigned char *)node - offsetof(arena_chunk, data)));
+    yaml_arena_free((yaml_arena_chunk *)(void *)((unsigned char *)node - offsetof(yaml_arena_chunk, data)));
 }
 
 
