@@ -334,19 +334,30 @@ scan_escape(cursor p, cursor end, scan_error *err)
 }
 
 
+#ifdef __SSE2__
+/* Bit i set when p[i] ends a plain run: '"', '\\', a control or non-ASCII. */
+static inline unsigned
+plain_stops16(cursor p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Signed compare: bytes >= 0x80 are negative, so this one test
+     * catches both controls and non-ASCII. */
+    __m128i stop =
+        _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                     _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+
+    return (unsigned)_mm_movemask_epi8(stop);
+}
+#endif
+
+
 /* Skip a plain run of printable ASCII other than '"' and '\\'. */
 static inline cursor
 skip_plain(cursor p, cursor end)
 {
 #ifdef __SSE2__
     while (end - p >= 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-        /* Signed compare: bytes >= 0x80 are negative, so this one test
-         * catches both controls and non-ASCII. */
-        __m128i stop =
-            _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-                         _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
-        unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+        unsigned mask = plain_stops16(p);
 
         if (mask) {
             return p + __builtin_ctz(mask);
@@ -405,6 +416,24 @@ scan_string(cursor p, cursor end, int *escaped, scan_error *err)
             return NULL;
         }
     }
+}
+
+
+/* scan_string, with the common short plain string (its closing quote in
+ * the next 16 bytes) found inline, without a call. */
+static inline cursor
+scan_short_string(cursor p, cursor end, int *escaped, scan_error *err)
+{
+#ifdef __SSE2__
+    if (end - p >= 16) {
+        unsigned mask = plain_stops16(p);
+
+        if (mask && p[__builtin_ctz(mask)] == '"') {
+            return p + __builtin_ctz(mask);
+        }
+    }
+#endif
+    return scan_string(p, end, escaped, err);
 }
 
 
@@ -786,7 +815,7 @@ __attribute__((target("avx2,bmi,bmi2,popcnt"))) DEFINE_SKIP_BLOCKS(skip_blocks_a
 
 /* Scan a key and its ':'; p is at the opening quote. Sets *slot to the token
  * of the value that follows. */
-static inline cursor
+static inline __attribute__((always_inline)) cursor
 scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
 {
     cursor k, q;
@@ -798,7 +827,7 @@ scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
         return NULL;
     }
     k = p + 1;
-    if (!(q = scan_string(k, s->end, &esc, err))) {
+    if (!(q = scan_short_string(k, s->end, &esc, err))) {
         return NULL;
     }
     *slot = obj >= 0 ? s->v->on_key(s->v->ctx, obj, (const char *)k, (size_t)(q - k), esc) : -1;
@@ -827,7 +856,7 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
 
     switch (*p) {
     case '"':
-        if (!(q = scan_string(p + 1, s->end, &esc, err))) {
+        if (!(q = scan_short_string(p + 1, s->end, &esc, err))) {
             return NULL;
         }
         report_scalar(s, slot, RELAY_JSON_STRING, p + 1, q, esc);
