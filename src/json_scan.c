@@ -892,12 +892,96 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
 }
 
 
+/* The usual pair of an object, "key":"value" or "key":number with nothing
+ * between its tokens and both strings plain and under 16 bytes, at p (the
+ * key's quote): reported and skipped in one go. Returns the position after
+ * the value, a ',' or '}', or NULL when the pair is anything else (the
+ * general path then reads it, and finds any error in it). */
+static inline cursor
+scan_plain_pair(scanner *s, cursor p)
+{
+#ifdef __SSE2__
+    cursor key = p + 1, key_end, v, from, to, after;
+    relay_json_type type = RELAY_JSON_STRING;
+    scan_error ignored;
+    unsigned mask;
+
+    /* 48 bytes hold both 16-byte loads below and what follows the value.
+     * Off with the SIMD paths, so that tests have the general path to
+     * compare it with. */
+    if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"' || !(mask = plain_stops16(key))
+        || key[__builtin_ctz(mask)] != '"') {
+        return NULL;
+    }
+    key_end = key + __builtin_ctz(mask);
+    v = key_end + 2;
+    if (key_end[1] != ':') {
+        return NULL;
+    }
+    if (*v == '"') {
+        if (!(mask = plain_stops16(v + 1)) || v[1 + __builtin_ctz(mask)] != '"') {
+            return NULL;
+        }
+        from = v + 1;
+        to = from + __builtin_ctz(mask);
+        after = to + 1;
+    } else if (*v == '-' || (unsigned)(*v - '0') < 10) {
+        if (!(after = scan_number(v, s->end, &ignored)) || after == s->end) {
+            return NULL;
+        }
+        type = RELAY_JSON_NUMBER;
+        from = v;
+        to = after;
+    } else {
+        return NULL;
+    }
+    if (*after != ',' && *after != '}') {
+        return NULL;
+    }
+    report_scalar(s,
+                  s->token[s->depth] >= 0
+                      ? s->v->on_key(s->v->ctx, s->token[s->depth], (const char *)key, (size_t)(key_end - key), 0)
+                      : -1,
+                  type, from, to, 0);
+    return after;
+#else
+    (void)s;
+    (void)p;
+    return NULL;
+#endif
+}
+
+
+/* scan_plain_pair over the pairs of an object while ',' joins them. Returns
+ * where the general path goes on: at a key (*at_key set), or at the '}'
+ * after the last pair read. */
+static inline cursor
+scan_plain_pairs(scanner *s, cursor p, int *at_key)
+{
+    cursor q;
+
+    *at_key = 1;
+    while ((q = scan_plain_pair(s, p)) != NULL) {
+        if (*q == '}') {
+            *at_key = 0;
+            return q;
+        }
+        p = q + 1;
+        if (p < s->end && is_space[*p]) {
+            p = skip_space(p, s->end);
+        }
+    }
+    return p;
+}
+
+
 /* The main loop: values, then what may follow them at the current depth.
  * Returns 0 or -1 with err set. */
 static int
 scan_all(scanner *s, cursor p, int32_t slot, scan_error *err)
 {
     cursor end = s->end;
+    int at_key;
 
 value:
     if (p >= end) {
@@ -942,6 +1026,9 @@ value_slow:
             slot = s->token[s->depth];
             goto value;
         }
+        if (p = scan_plain_pairs(s, p, &at_key), !at_key) {
+            goto after;
+        }
         if (!(p = scan_key(s, p, &slot, err))) {
             return -1;
         }
@@ -983,6 +1070,9 @@ after:
         if (!s->is_object[s->depth]) {
             slot = s->token[s->depth];
             goto value;
+        }
+        if (p = scan_plain_pairs(s, p, &at_key), !at_key) {
+            goto after;
         }
         if (!(p = scan_key(s, p, &slot, err))) {
             return -1;

@@ -63,8 +63,9 @@ int relay_json_validate_object(const char *text, size_t len, size_t max_bytes, c
 int relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const relay_json_visitor *visitor,
                            int32_t root, char *reason, size_t reasonlen);
 
-/* How the scanner's block fast path (untracked arrays of plain numbers) is
- * run. Results never depend on the level: OFF is the plain token-at-a-time
+/* How the scanner's fast paths (the block path for untracked arrays of plain
+ * numbers; above OFF also the one-go path for "key":"value" and "key":number
+ * pairs) are run. Results never depend on the level: OFF is the plain token-at-a-time
  * scanner that the others must agree with, byte for byte and reason for
  * reason; tests and benchmarks switch levels to compare. AUTO, the default,
  * picks AVX2 when the CPU has it, else SSE2, else OFF (PORTABLE is for
