@@ -28,6 +28,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Longer keys are libyaml's to judge (it limits simple keys to 1024). */
 #define MAX_KEY 1000
@@ -92,13 +95,27 @@ skip_spaces(const fast *f, const char *p)
 }
 
 
-/* Every byte printable ASCII or a newline. */
+/* Every byte printable ASCII or a newline; 16 bytes at a time where SSE2
+ * is there (a template is read whole before anything else). */
 static int
 plain_ascii(const char *p, size_t len)
 {
-    size_t i;
+    size_t i = 0;
 
-    for (i = 0; i < len; i++) {
+#ifdef __SSE2__
+    for (; i + 16 <= len; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+        /* Signed: bytes >= 0x80 are negative, so "< 0x20" catches them too. */
+        __m128i bad = _mm_or_si128(
+            _mm_andnot_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('\n')), _mm_cmplt_epi8(x, _mm_set1_epi8(0x20))),
+            _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7f)));
+
+        if (_mm_movemask_epi8(bad) != 0) {
+            return 0;
+        }
+    }
+#endif
+    for (; i < len; i++) {
         unsigned char c = (unsigned char)p[i];
 
         if ((c < 0x20 && c != '\n') || c >= 0x7f) {

@@ -71,7 +71,7 @@ compare(const char *text, size_t len, const char *what)
 static void
 mutate(const char *text, size_t len, const char *what, int every)
 {
-    static const char inserts[] = ":- #'\"{}[],\n&*!|>?%@`\\\t\x80";
+    static const char inserts[] = ":- #'\"{}[],\n&*!|>?%@`\\\t\x7f\x80";
     size_t n = sizeof(inserts) - 1, i, k;
     char *buf = malloc(len + 2);
 
