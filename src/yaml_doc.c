@@ -24,8 +24,7 @@ typedef struct {
     char *err;
     size_t errlen;
     yaml_arena arena;
-    relay_yaml_node **stack; /* children of the collections being built */
-    size_t sp, stack_cap;
+    yaml_children children; /* of the collections being built */
 } parse_ctx;
 
 
@@ -152,19 +151,10 @@ new_node(parse_ctx *ctx, relay_yaml_kind kind, const yaml_mark_t *mark)
 static int
 push_child(parse_ctx *ctx, relay_yaml_node *child)
 {
-    relay_yaml_node **stack;
-
-    if (ctx->sp == ctx->stack_cap) {
-        size_t ncap = ctx->stack_cap ? ctx->stack_cap * 2 : 256;
-        stack = realloc(ctx->stack, ncap * sizeof(*stack));
-        if (stack == NULL) {
-            set_err(ctx, child->line, child->col, "out of memory");
-            return -1;
-        }
-        ctx->stack = stack;
-        ctx->stack_cap = ncap;
+    if (yaml_children_push(&ctx->children, child) != 0) {
+        set_err(ctx, child->line, child->col, "out of memory");
+        return -1;
     }
-    ctx->stack[ctx->sp++] = child;
     return 0;
 }
 
@@ -173,17 +163,10 @@ push_child(parse_ctx *ctx, relay_yaml_node *child)
 static int
 take_children(parse_ctx *ctx, relay_yaml_node *node, size_t base)
 {
-    size_t n = ctx->sp - base;
-
-    if (n > 0) {
-        node->items = arena_alloc(ctx, n * sizeof(*node->items));
-        if (node->items == NULL) {
-            set_err(ctx, node->line, node->col, "out of memory");
-            return -1;
-        }
-        memcpy(node->items, ctx->stack + base, n * sizeof(*node->items));
+    if (yaml_children_take(&ctx->children, &ctx->arena, node, base) != 0) {
+        set_err(ctx, node->line, node->col, "out of memory");
+        return -1;
     }
-    ctx->sp = base;
     return 0;
 }
 
@@ -245,7 +228,7 @@ check_duplicate(parse_ctx *ctx, size_t base, size_t pairs, const relay_yaml_node
     size_t i;
 
     for (i = 0; i < pairs; i++) {
-        const relay_yaml_node *prev = ctx->stack[base + i * 2];
+        const relay_yaml_node *prev = ctx->children.stack[base + i * 2];
         if (values_equal(prev, key)) {
             set_err(ctx, key->line, key->col, "duplicate key \"%.*s\" (first at %d:%d)",
                     (int)(key->len > 64 ? 64 : key->len), key->text, prev->line, prev->col);
@@ -284,7 +267,7 @@ build_child(parse_ctx *ctx, int depth, yaml_event_type_t end_type, int *end)
 static int
 fill_seq(parse_ctx *ctx, relay_yaml_node *seq, int depth)
 {
-    size_t base = ctx->sp;
+    size_t base = ctx->children.sp;
     relay_yaml_node *item;
     int end;
 
@@ -304,7 +287,7 @@ fill_seq(parse_ctx *ctx, relay_yaml_node *seq, int depth)
 static int
 fill_map(parse_ctx *ctx, relay_yaml_node *map, int depth)
 {
-    size_t base = ctx->sp;
+    size_t base = ctx->children.sp;
     relay_yaml_node *key, *value;
     int end;
 
@@ -467,7 +450,7 @@ relay_yaml_parse_libyaml(const char *text, size_t len, relay_yaml_node **root, c
     yaml_parser_set_input_string(&ctx.parser, (const unsigned char *)text, len);
     rc = parse_stream(&ctx, root);
     yaml_parser_delete(&ctx.parser);
-    free(ctx.stack);
+    free(ctx.children.stack);
     if (rc != 0 || *root == NULL) {
         yaml_arena_free(ctx.arena.first);
         *root = NULL;

@@ -42,8 +42,7 @@ typedef struct fast {
     int line;        /* p's line, from 1 */
     int indent;      /* the indentation of p's line once at its content; -1 at the end */
     yaml_arena arena;
-    relay_yaml_node **stack; /* children of the collections being built */
-    size_t sp, cap;
+    yaml_children children; /* of the collections being built */
     int declined;
 } fast;
 
@@ -213,19 +212,7 @@ new_scalar(fast *f, const char *at, const char *from, size_t len, int quoted)
 static int
 push_child(fast *f, relay_yaml_node *child)
 {
-    relay_yaml_node **stack;
-
-    if (f->sp == f->cap) {
-        size_t ncap = f->cap ? f->cap * 2 : 256;
-
-        if ((stack = realloc(f->stack, ncap * sizeof(*stack))) == NULL) {
-            return decline(f);
-        }
-        f->stack = stack;
-        f->cap = ncap;
-    }
-    f->stack[f->sp++] = child;
-    return 0;
+    return yaml_children_push(&f->children, child) != 0 ? decline(f) : 0;
 }
 
 
@@ -233,16 +220,7 @@ push_child(fast *f, relay_yaml_node *child)
 static int
 take_children(fast *f, relay_yaml_node *node, size_t base)
 {
-    size_t n = f->sp - base;
-
-    if (n > 0) {
-        if ((node->items = yaml_arena_alloc(&f->arena, n * sizeof(*node->items))) == NULL) {
-            return decline(f);
-        }
-        memcpy(node->items, f->stack + base, n * sizeof(*node->items));
-    }
-    f->sp = base;
-    return 0;
+    return yaml_children_take(&f->children, &f->arena, node, base) != 0 ? decline(f) : 0;
 }
 
 
@@ -292,8 +270,10 @@ push_key(fast *f, size_t base, relay_yaml_node *key)
             return decline(f);
         }
     }
-    for (i = base; i < f->sp; i += 2) {
-        if (f->stack[i]->len == key->len && memcmp(f->stack[i]->text, key->text, key->len) == 0) {
+    for (i = base; i < f->children.sp; i += 2) {
+        const relay_yaml_node *prev = f->children.stack[i];
+
+        if (prev->len == key->len && memcmp(prev->text, key->text, key->len) == 0) {
             return decline(f);
         }
     }
@@ -359,7 +339,7 @@ flow_entries(fast *f, relay_yaml_node *node, const char **pp, int depth)
 {
     const char *p = skip_spaces(f, *pp);
     char close = node->kind == RELAY_YAML_MAP ? '}' : ']';
-    size_t base = f->sp;
+    size_t base = f->children.sp;
     relay_yaml_node *item;
 
     if (p < f->end && *p == close) {
@@ -508,7 +488,7 @@ static relay_yaml_node *
 block_map(fast *f, int depth)
 {
     int indent = (int)(f->p - f->bol);
-    size_t base = f->sp;
+    size_t base = f->children.sp;
     relay_yaml_node *map, *key, *value;
     const char *colon;
 
@@ -551,7 +531,7 @@ static relay_yaml_node *
 block_seq(fast *f, int depth)
 {
     int indent = (int)(f->p - f->bol);
-    size_t base = f->sp;
+    size_t base = f->children.sp;
     relay_yaml_node *seq, *item;
 
     if (depth >= RELAY_YAML_MAX_DEPTH || (seq = new_node(f, RELAY_YAML_SEQ, f->p)) == NULL) {
@@ -615,7 +595,7 @@ relay_yaml_fast_parse(const char *text, size_t len, relay_yaml_node **root)
     f.text = text;
     f.end = text + len;
     *root = document(&f);
-    free(f.stack);
+    free(f.children.stack);
     if (*root == NULL) {
         yaml_arena_free(f.arena.first);
         return 0;
