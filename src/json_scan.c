@@ -457,6 +457,7 @@ typedef struct scanner {
     int depth;
     int misses; /* block fast-path attempts that gained little */
     int32_t token[RELAY_JSON_MAX_DEPTH + 1];
+    uint64_t key_lengths[RELAY_JSON_MAX_DEPTH + 1]; /* a tracked object's (see the visitor) */
     unsigned char is_object[RELAY_JSON_MAX_DEPTH + 1];
 } scanner;
 
@@ -485,7 +486,24 @@ open_container(scanner *s, int32_t slot, int object)
     s->depth++;
     s->token[s->depth] = tok;
     s->is_object[s->depth] = (unsigned char)object;
+    if (object && tok >= 0) {
+        s->key_lengths[s->depth] = s->v->key_lengths ? s->v->key_lengths(s->v->ctx, tok) : ~UINT64_C(0);
+    }
     return 0;
+}
+
+
+/* The token a key of the current object gets: -1 for an untracked object,
+ * or a plain key of a length the visitor never tracks there. */
+static inline int32_t
+key_token(scanner *s, cursor key, size_t len, int esc)
+{
+    int32_t obj = s->token[s->depth];
+
+    if (obj < 0 || (!esc && !(s->key_lengths[s->depth] >> (len < 63 ? len : 63) & 1))) {
+        return -1;
+    }
+    return s->v->on_key(s->v->ctx, obj, (const char *)key, len, esc);
 }
 
 
@@ -820,7 +838,6 @@ scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
 {
     cursor k, q;
     int esc = 0;
-    int32_t obj = s->token[s->depth];
 
     if (p >= s->end || *p != '"') {
         fail(err, "expected a string key", p);
@@ -830,7 +847,7 @@ scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
     if (!(q = scan_short_string(k, s->end, &esc, err))) {
         return NULL;
     }
-    *slot = obj >= 0 ? s->v->on_key(s->v->ctx, obj, (const char *)k, (size_t)(q - k), esc) : -1;
+    *slot = key_token(s, k, (size_t)(q - k), esc);
     p = q + 1;
     if (p < s->end && *p != ':') {
         p = skip_space(p, s->end);
@@ -938,11 +955,7 @@ scan_plain_pair(scanner *s, cursor p)
     if (*after != ',' && *after != '}') {
         return NULL;
     }
-    report_scalar(s,
-                  s->token[s->depth] >= 0
-                      ? s->v->on_key(s->v->ctx, s->token[s->depth], (const char *)key, (size_t)(key_end - key), 0)
-                      : -1,
-                  type, from, to, 0);
+    report_scalar(s, key_token(s, key, (size_t)(key_end - key), 0), type, from, to, 0);
     return after;
 #else
     (void)s;

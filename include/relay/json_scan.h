@@ -50,6 +50,10 @@ typedef struct relay_json_visitor {
     int32_t (*on_object)(void *ctx, int32_t slot);
     /* An array below token `slot`; returns the token its elements get or -1. */
     int32_t (*on_array)(void *ctx, int32_t slot);
+    /* Optional (NULL: every key is reported): bit min(len, 63) set for each
+     * length of key that on_key may give a token in object `object`. A key
+     * without escapes of any other length gets -1 without an on_key call. */
+    uint64_t (*key_lengths)(void *ctx, int32_t object);
 } relay_json_visitor;
 
 /* Validate that text is one JSON object (surrounding whitespace allowed),

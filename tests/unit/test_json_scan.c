@@ -532,7 +532,7 @@ static int
 agree_visited(const char *text, size_t len)
 {
     static transcript want, got;
-    relay_json_visitor v = {NULL, on_key_note, on_scalar_note, on_container_note, on_container_note};
+    relay_json_visitor v = {NULL, on_key_note, on_scalar_note, on_container_note, on_container_note, NULL};
     char want_reason[256], got_reason[256];
     int rc, i, ok = 1;
 
