@@ -334,19 +334,30 @@ scan_escape(cursor p, cursor end, scan_error *err)
 }
 
 
+#ifdef __SSE2__
+/* Bit i set when p[i] ends a plain run: '"', '\\', a control or non-ASCII. */
+static inline unsigned
+plain_stops16(cursor p)
+{
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    /* Signed compare: bytes >= 0x80 are negative, so this one test
+     * catches both controls and non-ASCII. */
+    __m128i stop =
+        _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
+                     _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+
+    return (unsigned)_mm_movemask_epi8(stop);
+}
+#endif
+
+
 /* Skip a plain run of printable ASCII other than '"' and '\\'. */
 static inline cursor
 skip_plain(cursor p, cursor end)
 {
 #ifdef __SSE2__
     while (end - p >= 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-        /* Signed compare: bytes >= 0x80 are negative, so this one test
-         * catches both controls and non-ASCII. */
-        __m128i stop =
-            _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-                         _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')), _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
-        unsigned mask = (unsigned)_mm_movemask_epi8(stop);
+        unsigned mask = plain_stops16(p);
 
         if (mask) {
             return p + __builtin_ctz(mask);
@@ -408,6 +419,24 @@ scan_string(cursor p, cursor end, int *escaped, scan_error *err)
 }
 
 
+/* scan_string, with the common short plain string (its closing quote in
+ * the next 16 bytes) found inline, without a call. */
+static inline cursor
+scan_short_string(cursor p, cursor end, int *escaped, scan_error *err)
+{
+#ifdef __SSE2__
+    if (end - p >= 16) {
+        unsigned mask = plain_stops16(p);
+
+        if (mask && p[__builtin_ctz(mask)] == '"') {
+            return p + __builtin_ctz(mask);
+        }
+    }
+#endif
+    return scan_string(p, end, escaped, err);
+}
+
+
 /* Skip a literal; *p is its first letter. Bytes >= 0x80 mean bad UTF-8 or a
  * misplaced character, and either way the text is not JSON. */
 static cursor
@@ -428,6 +457,7 @@ typedef struct scanner {
     int depth;
     int misses; /* block fast-path attempts that gained little */
     int32_t token[RELAY_JSON_MAX_DEPTH + 1];
+    uint64_t key_lengths[RELAY_JSON_MAX_DEPTH + 1]; /* a tracked object's (see the visitor) */
     unsigned char is_object[RELAY_JSON_MAX_DEPTH + 1];
 } scanner;
 
@@ -456,7 +486,24 @@ open_container(scanner *s, int32_t slot, int object)
     s->depth++;
     s->token[s->depth] = tok;
     s->is_object[s->depth] = (unsigned char)object;
+    if (object && tok >= 0) {
+        s->key_lengths[s->depth] = s->v->key_lengths ? s->v->key_lengths(s->v->ctx, tok) : ~UINT64_C(0);
+    }
     return 0;
+}
+
+
+/* The token a key of the current object gets: -1 for an untracked object,
+ * or a plain key of a length the visitor never tracks there. */
+static inline int32_t
+key_token(scanner *s, cursor key, size_t len, int esc)
+{
+    int32_t obj = s->token[s->depth];
+
+    if (obj < 0 || (!esc && !(s->key_lengths[s->depth] >> (len < 63 ? len : 63) & 1))) {
+        return -1;
+    }
+    return s->v->on_key(s->v->ctx, obj, (const char *)key, len, esc);
 }
 
 
@@ -786,22 +833,21 @@ __attribute__((target("avx2,bmi,bmi2,popcnt"))) DEFINE_SKIP_BLOCKS(skip_blocks_a
 
 /* Scan a key and its ':'; p is at the opening quote. Sets *slot to the token
  * of the value that follows. */
-static inline cursor
+static inline __attribute__((always_inline)) cursor
 scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
 {
     cursor k, q;
     int esc = 0;
-    int32_t obj = s->token[s->depth];
 
     if (p >= s->end || *p != '"') {
         fail(err, "expected a string key", p);
         return NULL;
     }
     k = p + 1;
-    if (!(q = scan_string(k, s->end, &esc, err))) {
+    if (!(q = scan_short_string(k, s->end, &esc, err))) {
         return NULL;
     }
-    *slot = obj >= 0 ? s->v->on_key(s->v->ctx, obj, (const char *)k, (size_t)(q - k), esc) : -1;
+    *slot = key_token(s, k, (size_t)(q - k), esc);
     p = q + 1;
     if (p < s->end && *p != ':') {
         p = skip_space(p, s->end);
@@ -827,7 +873,7 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
 
     switch (*p) {
     case '"':
-        if (!(q = scan_string(p + 1, s->end, &esc, err))) {
+        if (!(q = scan_short_string(p + 1, s->end, &esc, err))) {
             return NULL;
         }
         report_scalar(s, slot, RELAY_JSON_STRING, p + 1, q, esc);
@@ -863,12 +909,92 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
 }
 
 
+/* The usual pair of an object, "key":"value" or "key":number with nothing
+ * between its tokens and both strings plain and under 16 bytes, at p (the
+ * key's quote): reported and skipped in one go. Returns the position after
+ * the value, a ',' or '}', or NULL when the pair is anything else (the
+ * general path then reads it, and finds any error in it). */
+static inline cursor
+scan_plain_pair(scanner *s, cursor p)
+{
+#ifdef __SSE2__
+    cursor key = p + 1, key_end, v, from, to, after;
+    relay_json_type type = RELAY_JSON_STRING;
+    scan_error ignored;
+    unsigned mask;
+
+    /* 48 bytes hold both 16-byte loads below and what follows the value.
+     * Off with the SIMD paths, so that tests have the general path to
+     * compare it with. */
+    if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"' || !(mask = plain_stops16(key))
+        || key[__builtin_ctz(mask)] != '"') {
+        return NULL;
+    }
+    key_end = key + __builtin_ctz(mask);
+    v = key_end + 2;
+    if (key_end[1] != ':') {
+        return NULL;
+    }
+    if (*v == '"') {
+        if (!(mask = plain_stops16(v + 1)) || v[1 + __builtin_ctz(mask)] != '"') {
+            return NULL;
+        }
+        from = v + 1;
+        to = from + __builtin_ctz(mask);
+        after = to + 1;
+    } else if (*v == '-' || (unsigned)(*v - '0') < 10) {
+        if (!(after = scan_number(v, s->end, &ignored)) || after == s->end) {
+            return NULL;
+        }
+        type = RELAY_JSON_NUMBER;
+        from = v;
+        to = after;
+    } else {
+        return NULL;
+    }
+    if (*after != ',' && *after != '}') {
+        return NULL;
+    }
+    report_scalar(s, key_token(s, key, (size_t)(key_end - key), 0), type, from, to, 0);
+    return after;
+#else
+    (void)s;
+    (void)p;
+    return NULL;
+#endif
+}
+
+
+/* scan_plain_pair over the pairs of an object while ',' joins them. Returns
+ * where the general path goes on: at a key (*at_key set), or at the '}'
+ * after the last pair read. */
+static inline cursor
+scan_plain_pairs(scanner *s, cursor p, int *at_key)
+{
+    cursor q;
+
+    *at_key = 1;
+    while ((q = scan_plain_pair(s, p)) != NULL) {
+        if (*q == '}') {
+            *at_key = 0;
+            return q;
+        }
+        p = q + 1;
+        if (p < s->end && is_space[*p]) {
+            p = skip_space(p, s->end);
+        }
+    }
+    return p;
+}
+
+
 /* The main loop: values, then what may follow them at the current depth.
  * Returns 0 or -1 with err set. */
 static int
 scan_all(scanner *s, cursor p, int32_t slot, scan_error *err)
 {
     cursor end = s->end;
+    int at_key;
 
 value:
     if (p >= end) {
@@ -913,6 +1039,9 @@ value_slow:
             slot = s->token[s->depth];
             goto value;
         }
+        if (p = scan_plain_pairs(s, p, &at_key), !at_key) {
+            goto after;
+        }
         if (!(p = scan_key(s, p, &slot, err))) {
             return -1;
         }
@@ -954,6 +1083,9 @@ after:
         if (!s->is_object[s->depth]) {
             slot = s->token[s->depth];
             goto value;
+        }
+        if (p = scan_plain_pairs(s, p, &at_key), !at_key) {
+            goto after;
         }
         if (!(p = scan_key(s, p, &slot, err))) {
             return -1;

@@ -12,6 +12,7 @@
  * that records of a huge file can take.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "relay/map_guard.h"
 #include "relay/match_scan.h"
 
 #include <pthread.h>
@@ -27,6 +28,9 @@
 /* A record's second word for a malformed line (else it is the number of ids). */
 #define RECORD_MALFORMED UINT32_MAX
 
+/* Why a scan ended early, other than a callback asking it to. */
+enum failure { FAILED_NOT, FAILED_MEMORY, FAILED_SHRANK };
+
 /* One chunk: its bytes, and once matched, its records: per reported line the
  * words {line within the chunk, n} and then n rule ids, or for a malformed
  * line {line, RECORD_MALFORMED, bytes} and the NUL-terminated reason padded
@@ -38,6 +42,7 @@ typedef struct chunk {
     size_t nwords, cap;
     long long lines, matched;
     int done, oom;
+    int shrank; /* its bytes vanished: the mapped file was truncated */
 } chunk;
 
 typedef struct pool {
@@ -158,6 +163,23 @@ match_chunk(worker *w, chunk *c)
 }
 
 
+/* match_chunk, with a truncation of the mapped file under it reported in
+ * c->shrank instead of killing the process with SIGBUS. */
+static void
+match_chunk_guarded(worker *w, chunk *c)
+{
+    sigjmp_buf env;
+
+    if (sigsetjmp(env, 1) == 0) {
+        relay_map_guard_arm(&env, c->text, c->len);
+        match_chunk(w, c);
+    } else {
+        c->shrank = 1;
+    }
+    relay_map_guard_disarm();
+}
+
+
 /* The next chunk to match, waiting while the window is full; nchunks when
  * there is none left or the scan stops. */
 static size_t
@@ -186,7 +208,7 @@ work(void *arg)
     size_t i;
 
     while ((i = take_chunk(p)) < p->nchunks) {
-        match_chunk(w, &p->chunks[i]);
+        match_chunk_guarded(w, &p->chunks[i]);
         pthread_mutex_lock(&p->lock);
         p->chunks[i].done = 1;
         pthread_cond_broadcast(&p->ready);
@@ -229,18 +251,15 @@ replay(const chunk *c, const relay_match_scan_sink *sink, relay_match_scan_count
 }
 
 
-/* Cut text into chunks of about `size` bytes that end after a newline (the
- * last one at the end of the text). Returns the count, or -1 (memory). */
-static long
-cut_chunks(const char *text, size_t len, size_t size, chunk **out)
+/* Fill chunks (room for len / size + 2) with pieces of about `size` bytes
+ * of text that end after a newline (the last one at the end of the text);
+ * returns how many. */
+static size_t
+cut_at_lines(const char *text, size_t len, size_t size, chunk *chunks)
 {
-    size_t cap = len / size + 2, n = 0, start = 0, end;
+    size_t n = 0, start = 0, end;
     const char *nl;
-    chunk *chunks = calloc(cap, sizeof(*chunks));
 
-    if (chunks == NULL) {
-        return -1;
-    }
     while (start < len) {
         end = len - start > size ? start + size : len;
         if (end < len && (nl = memchr(text + end - 1, '\n', len - end + 1)) != NULL) {
@@ -253,6 +272,32 @@ cut_chunks(const char *text, size_t len, size_t size, chunk **out)
         n++;
         start = end;
     }
+    return n;
+}
+
+
+/* Cut text into chunks (cut_at_lines). Returns the count, or -1 with
+ * *failure set. */
+static long
+cut_chunks(const char *text, size_t len, size_t size, chunk **out, enum failure *failure)
+{
+    chunk *chunks = calloc(len / size + 2, sizeof(*chunks));
+    sigjmp_buf env;
+    size_t n;
+
+    if (chunks == NULL) {
+        *failure = FAILED_MEMORY;
+        return -1;
+    }
+    if (sigsetjmp(env, 1) != 0) {
+        relay_map_guard_disarm();
+        free(chunks);
+        *failure = FAILED_SHRANK;
+        return -1;
+    }
+    relay_map_guard_arm(&env, text, len);
+    n = cut_at_lines(text, len, size, chunks);
+    relay_map_guard_disarm();
     *out = chunks;
     return (long)n;
 }
@@ -294,7 +339,7 @@ worker_free(worker *w)
 
 /* Wait for chunk i, replay it and free its records; nonzero to stop. */
 static int
-consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_counts *counts, int *oom)
+consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_counts *counts, enum failure *failure)
 {
     chunk *c = &p->chunks[i];
     int stop;
@@ -304,8 +349,8 @@ consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_c
         pthread_cond_wait(&p->ready, &p->lock);
     }
     pthread_mutex_unlock(&p->lock);
-    if (c->oom) {
-        *oom = 1;
+    if (c->oom || c->shrank) {
+        *failure = c->oom ? FAILED_MEMORY : FAILED_SHRANK;
         return 1;
     }
     stop = replay(c, sink, counts);
@@ -321,15 +366,16 @@ consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_c
 
 /* The caller's thread matches and replays each chunk in turn. */
 static int
-run_inline(pool *p, worker *w, const relay_match_scan_sink *sink, relay_match_scan_counts *counts, int *oom)
+run_inline(pool *p, worker *w, const relay_match_scan_sink *sink, relay_match_scan_counts *counts,
+           enum failure *failure)
 {
     size_t i;
     int stop = 0;
 
     for (i = 0; i < p->nchunks && !stop; i++) {
-        match_chunk(w, &p->chunks[i]);
+        match_chunk_guarded(w, &p->chunks[i]);
         p->chunks[i].done = 1;
-        stop = consume(p, i, sink, counts, oom);
+        stop = consume(p, i, sink, counts, failure);
     }
     return stop;
 }
@@ -337,7 +383,7 @@ run_inline(pool *p, worker *w, const relay_match_scan_sink *sink, relay_match_sc
 
 static int
 run_threads(pool *p, worker *workers, size_t nthreads, const relay_match_scan_sink *sink,
-            relay_match_scan_counts *counts, int *oom)
+            relay_match_scan_counts *counts, enum failure *failure)
 {
     size_t i, started = 0;
     int stop = 0;
@@ -349,10 +395,10 @@ run_threads(pool *p, worker *workers, size_t nthreads, const relay_match_scan_si
         started++;
     }
     if (started == 0) {
-        return run_inline(p, &workers[0], sink, counts, oom);
+        return run_inline(p, &workers[0], sink, counts, failure);
     }
     for (i = 0; i < p->nchunks && !stop; i++) {
-        stop = consume(p, i, sink, counts, oom);
+        stop = consume(p, i, sink, counts, failure);
     }
     pthread_mutex_lock(&p->lock);
     p->quit = 1;
@@ -377,55 +423,72 @@ thread_count(const relay_match_scan_opts *opts, size_t nchunks)
 }
 
 
+/* Match p's chunks on as many workers as it takes and replay them; returns
+ * nonzero when the scan ended early (a callback, or *failure). */
+static int
+match_all(pool *p, const relay_match_scan_sink *sink, relay_match_scan_counts *counts, enum failure *failure)
+{
+    worker workers[MAX_THREADS];
+    size_t nthreads = thread_count(p->opts, p->nchunks), i, ready = 0;
+    int stop = 0;
+
+    p->window = nthreads * CHUNKS_PER_THREAD;
+    for (i = 0; i < nthreads && *failure == FAILED_NOT; i++) {
+        if (worker_init(&workers[i], p) < 0) {
+            *failure = FAILED_MEMORY;
+        }
+        ready = i + 1;
+    }
+    if (*failure == FAILED_NOT) {
+        stop = nthreads > 1 ? run_threads(p, workers, nthreads, sink, counts, failure)
+                            : run_inline(p, &workers[0], sink, counts, failure);
+    }
+    for (i = 0; i < ready; i++) {
+        worker_free(&workers[i]);
+    }
+    return stop;
+}
+
+
 int
 relay_match_scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts,
                         const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err, size_t errlen)
 {
     pool p;
-    worker workers[MAX_THREADS];
-    size_t nthreads, i, ready = 0;
+    relay_map_guard_saved saved;
+    enum failure failure = FAILED_NOT;
+    size_t i;
     long nchunks;
-    int stop = 0, oom = 0;
+    int stop = 0;
 
     memset(counts, 0, sizeof(*counts));
     memset(&p, 0, sizeof(p));
     if (relay_matcher_compile(m, err, errlen) < 0) {
         return -1;
     }
-    nchunks = cut_chunks(text, len, opts->read_chunk ? opts->read_chunk : DEFAULT_CHUNK, &p.chunks);
-    if (nchunks < 0) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
+    /* Unguarded if SIGBUS cannot be taken over: a truncation then kills. */
+    relay_map_guard_install(&saved);
+    nchunks = cut_chunks(text, len, opts->read_chunk ? opts->read_chunk : DEFAULT_CHUNK, &p.chunks, &failure);
+    if (nchunks >= 0) {
+        p.m = m;
+        p.opts = opts;
+        p.want_ids = sink->on_match != NULL;
+        p.nchunks = (size_t)nchunks;
+        pthread_mutex_init(&p.lock, NULL);
+        pthread_cond_init(&p.taken, NULL);
+        pthread_cond_init(&p.ready, NULL);
+        stop = match_all(&p, sink, counts, &failure);
+        for (i = 0; i < p.nchunks; i++) {
+            free(p.chunks[i].words);
+        }
+        free(p.chunks);
+        pthread_cond_destroy(&p.ready);
+        pthread_cond_destroy(&p.taken);
+        pthread_mutex_destroy(&p.lock);
     }
-    p.m = m;
-    p.opts = opts;
-    p.want_ids = sink->on_match != NULL;
-    p.nchunks = (size_t)nchunks;
-    nthreads = thread_count(opts, p.nchunks);
-    p.window = nthreads * CHUNKS_PER_THREAD;
-    pthread_mutex_init(&p.lock, NULL);
-    pthread_cond_init(&p.taken, NULL);
-    pthread_cond_init(&p.ready, NULL);
-    for (i = 0; i < nthreads && !oom; i++) {
-        oom = worker_init(&workers[i], &p) < 0;
-        ready = i + 1;
-    }
-    if (!oom) {
-        stop = nthreads > 1 ? run_threads(&p, workers, nthreads, sink, counts, &oom)
-                            : run_inline(&p, &workers[0], sink, counts, &oom);
-    }
-    for (i = 0; i < ready; i++) {
-        worker_free(&workers[i]);
-    }
-    for (i = 0; i < p.nchunks; i++) {
-        free(p.chunks[i].words);
-    }
-    free(p.chunks);
-    pthread_cond_destroy(&p.ready);
-    pthread_cond_destroy(&p.taken);
-    pthread_mutex_destroy(&p.lock);
-    if (oom) {
-        snprintf(err, errlen, "out of memory");
+    relay_map_guard_restore(&saved);
+    if (failure != FAILED_NOT) {
+        snprintf(err, errlen, "%s", failure == FAILED_MEMORY ? "out of memory" : RELAY_MAP_GUARD_MESSAGE);
         return -1;
     }
     return stop ? RELAY_MATCH_SCAN_STOPPED : 0;

@@ -271,6 +271,17 @@ visit_object(void *ctx, int32_t s)
 }
 
 
+/* What visit_key's first test lets through, so that the scanner can skip
+ * the call for every other key. */
+static uint64_t
+visit_key_lengths(void *ctx, int32_t object)
+{
+    const relay_match_state *st = ctx;
+
+    return st->m->nodes[st->insts[object].node].child_lens;
+}
+
+
 /* Arrays are transparent: elements belong to the same key. */
 static int32_t
 visit_array(void *ctx, int32_t s)
@@ -371,7 +382,7 @@ int
 relay_matcher_match_with(const relay_matcher *m, relay_match_state *st, const char *event, size_t len, size_t max_bytes,
                          int64_t now_ms, uint32_t *ids, size_t ids_cap, char *reason, size_t reasonlen)
 {
-    relay_json_visitor v = {st, visit_key, visit_scalar, visit_object, visit_array};
+    relay_json_visitor v = {st, visit_key, visit_scalar, visit_object, visit_array, visit_key_lengths};
 
     if (len > max_bytes) {
         return relay_json_validate_object(event, len, max_bytes, reason, reasonlen);

@@ -184,7 +184,17 @@ struct relay_matcher {
 };
 
 /* matcher_util.c */
-int mgrow(void *data, size_t *cap, size_t need, size_t elem);
+int mgrow_slow(void *data, size_t *cap, size_t need, size_t elem);
+
+/* Make *(T **)data hold at least `need` elements of size elem; 0, or -1
+ * when out of memory. Inline because the per-event scratch calls it for
+ * every value it records, and there is almost always room already. */
+static inline int
+mgrow(void *data, size_t *cap, size_t need, size_t elem)
+{
+    return need <= *cap ? 0 : mgrow_slow(data, cap, need, elem);
+}
+
 uint64_t mhash(const void *key, size_t len, uint64_t seed);
 int mpool_add(relay_matcher *m, const char *s, size_t len, uint32_t *off);
 mentry *mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool, const char *key,

@@ -6,9 +6,9 @@
 #include <string.h>
 
 
-/* Make *(T **)data hold at least `need` elements of size elem. */
+/* mgrow, when the array must grow. */
 int
-mgrow(void *data, size_t *cap, size_t need, size_t elem)
+mgrow_slow(void *data, size_t *cap, size_t need, size_t elem)
 {
     void **ptr = data;
     size_t want = *cap ? *cap : 16;

@@ -4,6 +4,9 @@
  */
 #include "relay/yaml_doc.h"
 
+#include "yaml_arena.h"
+#include "yaml_fast.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,27 +17,14 @@
 
 #define STR_TAG "tag:yaml.org,2002:str"
 
-#define ARENA_MIN_CHUNK (64u << 10)
-#define ARENA_ALIGN 16u
-
-/* Every node, scalar text and item array of one document lives in a chain of chunks:
- * one malloc per ~64 KB instead of three per node, and one free of the chain. The root
- * is the first allocation of the first chunk, which is how relay_yaml_free finds it. */
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t used, cap;
-    _Alignas(16) unsigned char data[];
-} arena_chunk;
-
 typedef struct {
     yaml_parser_t parser;
     const char *text;
     size_t len;
     char *err;
     size_t errlen;
-    arena_chunk *first, *cur;
-    relay_yaml_node **stack; /* children of the collections being built */
-    size_t sp, stack_cap;
+    yaml_arena arena;
+    yaml_children children; /* of the collections being built */
 } parse_ctx;
 
 
@@ -136,47 +126,7 @@ next_event(parse_ctx *ctx, yaml_event_t *ev)
 static void *
 arena_alloc(parse_ctx *ctx, size_t size)
 {
-    arena_chunk *c = ctx->cur;
-    size_t cap;
-    void *p;
-
-    size = (size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
-    if (c == NULL || c->cap - c->used < size) {
-        cap = c == NULL ? ARENA_MIN_CHUNK : c->cap * 2;
-        if (cap > (16u << 20)) {
-            cap = 16u << 20;
-        }
-        if (cap < size) {
-            cap = size;
-        }
-        c = malloc(sizeof(*c) + cap);
-        if (c == NULL) {
-            return NULL;
-        }
-        c->next = NULL;
-        c->used = 0;
-        c->cap = cap;
-        if (ctx->cur != NULL) {
-            ctx->cur->next = c;
-        } else {
-            ctx->first = c;
-        }
-        ctx->cur = c;
-    }
-    p = c->data + c->used;
-    c->used += size;
-    return p;
-}
-
-
-static void
-arena_free(arena_chunk *c)
-{
-    while (c != NULL) {
-        arena_chunk *next = c->next;
-        free(c);
-        c = next;
-    }
+    return yaml_arena_alloc(&ctx->arena, size);
 }
 
 
@@ -201,19 +151,10 @@ new_node(parse_ctx *ctx, relay_yaml_kind kind, const yaml_mark_t *mark)
 static int
 push_child(parse_ctx *ctx, relay_yaml_node *child)
 {
-    relay_yaml_node **stack;
-
-    if (ctx->sp == ctx->stack_cap) {
-        size_t ncap = ctx->stack_cap ? ctx->stack_cap * 2 : 256;
-        stack = realloc(ctx->stack, ncap * sizeof(*stack));
-        if (stack == NULL) {
-            set_err(ctx, child->line, child->col, "out of memory");
-            return -1;
-        }
-        ctx->stack = stack;
-        ctx->stack_cap = ncap;
+    if (yaml_children_push(&ctx->children, child) != 0) {
+        set_err(ctx, child->line, child->col, "out of memory");
+        return -1;
     }
-    ctx->stack[ctx->sp++] = child;
     return 0;
 }
 
@@ -222,17 +163,10 @@ push_child(parse_ctx *ctx, relay_yaml_node *child)
 static int
 take_children(parse_ctx *ctx, relay_yaml_node *node, size_t base)
 {
-    size_t n = ctx->sp - base;
-
-    if (n > 0) {
-        node->items = arena_alloc(ctx, n * sizeof(*node->items));
-        if (node->items == NULL) {
-            set_err(ctx, node->line, node->col, "out of memory");
-            return -1;
-        }
-        memcpy(node->items, ctx->stack + base, n * sizeof(*node->items));
+    if (yaml_children_take(&ctx->children, &ctx->arena, node, base) != 0) {
+        set_err(ctx, node->line, node->col, "out of memory");
+        return -1;
     }
-    ctx->sp = base;
     return 0;
 }
 
@@ -294,7 +228,7 @@ check_duplicate(parse_ctx *ctx, size_t base, size_t pairs, const relay_yaml_node
     size_t i;
 
     for (i = 0; i < pairs; i++) {
-        const relay_yaml_node *prev = ctx->stack[base + i * 2];
+        const relay_yaml_node *prev = ctx->children.stack[base + i * 2];
         if (values_equal(prev, key)) {
             set_err(ctx, key->line, key->col, "duplicate key \"%.*s\" (first at %d:%d)",
                     (int)(key->len > 64 ? 64 : key->len), key->text, prev->line, prev->col);
@@ -333,7 +267,7 @@ build_child(parse_ctx *ctx, int depth, yaml_event_type_t end_type, int *end)
 static int
 fill_seq(parse_ctx *ctx, relay_yaml_node *seq, int depth)
 {
-    size_t base = ctx->sp;
+    size_t base = ctx->children.sp;
     relay_yaml_node *item;
     int end;
 
@@ -353,7 +287,7 @@ fill_seq(parse_ctx *ctx, relay_yaml_node *seq, int depth)
 static int
 fill_map(parse_ctx *ctx, relay_yaml_node *map, int depth)
 {
-    size_t base = ctx->sp;
+    size_t base = ctx->children.sp;
     relay_yaml_node *key, *value;
     int end;
 
@@ -483,6 +417,19 @@ parse_stream(parse_ctx *ctx, relay_yaml_node **root)
 int
 relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen)
 {
+    if (errlen > 0) {
+        err[0] = '\0';
+    }
+    if (relay_yaml_fast_parse(text, len, root)) {
+        return 0;
+    }
+    return relay_yaml_parse_libyaml(text, len, root, err, errlen);
+}
+
+
+int
+relay_yaml_parse_libyaml(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen)
+{
     parse_ctx ctx;
     int rc;
 
@@ -503,9 +450,9 @@ relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err
     yaml_parser_set_input_string(&ctx.parser, (const unsigned char *)text, len);
     rc = parse_stream(&ctx, root);
     yaml_parser_delete(&ctx.parser);
-    free(ctx.stack);
+    free(ctx.children.stack);
     if (rc != 0 || *root == NULL) {
-        arena_free(ctx.first);
+        yaml_arena_free(ctx.arena.first);
         *root = NULL;
     }
     return rc;
@@ -519,7 +466,7 @@ relay_yaml_free(relay_yaml_node *node)
     if (node == NULL) {
         return;
     }
-    arena_free((arena_chunk *)(void *)((unsigned char *)node - offsetof(arena_chunk, data)));
+    yaml_arena_free((yaml_arena_chunk *)(void *)((unsigned char *)node - offsetof(yaml_arena_chunk, data)));
 }
 
 

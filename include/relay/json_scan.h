@@ -50,6 +50,10 @@ typedef struct relay_json_visitor {
     int32_t (*on_object)(void *ctx, int32_t slot);
     /* An array below token `slot`; returns the token its elements get or -1. */
     int32_t (*on_array)(void *ctx, int32_t slot);
+    /* Optional (NULL: every key is reported): bit min(len, 63) set for each
+     * length of key that on_key may give a token in object `object`. A key
+     * without escapes of any other length gets -1 without an on_key call. */
+    uint64_t (*key_lengths)(void *ctx, int32_t object);
 } relay_json_visitor;
 
 /* Validate that text is one JSON object (surrounding whitespace allowed),
@@ -63,8 +67,9 @@ int relay_json_validate_object(const char *text, size_t len, size_t max_bytes, c
 int relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const relay_json_visitor *visitor,
                            int32_t root, char *reason, size_t reasonlen);
 
-/* How the scanner's block fast path (untracked arrays of plain numbers) is
- * run. Results never depend on the level: OFF is the plain token-at-a-time
+/* How the scanner's fast paths (the block path for untracked arrays of plain
+ * numbers; above OFF also the one-go path for "key":"value" and "key":number
+ * pairs) are run. Results never depend on the level: OFF is the plain token-at-a-time
  * scanner that the others must agree with, byte for byte and reason for
  * reason; tests and benchmarks switch levels to compare. AUTO, the default,
  * picks AVX2 when the CPU has it, else SSE2, else OFF (PORTABLE is for

@@ -60,6 +60,11 @@ typedef struct {
  */
 int relay_yaml_parse(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen);
 
+/* relay_yaml_parse through libyaml alone. relay_yaml_parse reads the plain shape of
+ * templates itself (src/yaml_fast.c, ~5x faster) and leaves everything else, errors
+ * included, to libyaml; tests compare the two trees. */
+int relay_yaml_parse_libyaml(const char *text, size_t len, relay_yaml_node **root, char *err, size_t errlen);
+
 void relay_yaml_free(relay_yaml_node *node);
 
 /* Resolve a scalar node by the YAML 1.2 core schema. */

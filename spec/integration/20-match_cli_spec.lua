@@ -1,6 +1,8 @@
 -- `relay match` and `relay app validate`, run as the built binary on the fixtures under
 -- spec/fixtures: stdout, stderr and exit codes.
 local ffi = require("ffi")
+local fs = require("relay.fs")
+local tmp = require("helpers.tmp")
 
 pcall(ffi.cdef, "long readlink(const char *path, char *buf, size_t size);")
 
@@ -242,6 +244,29 @@ describe("relay match --events (bulk)", function()
         assert.are.equal(2, code)
         assert.matches("missing.jsonl", err)
     end)
+
+    -- The file is mapped, so a file cut short while it is read would kill the process with
+    -- SIGBUS. One CPU (taskset) makes the scan match a chunk, then print its matches, then
+    -- match the next: relay blocks printing the first chunk's matches into the pipe, the file
+    -- is emptied while it waits, and the next chunk's pages are gone.
+    it("exits 2 naming the file when the file shrinks while it is read", function()
+        local dir = tmp.mkdtemp("relay-match-")
+        local path = dir .. "/events.jsonl"
+        local f = assert(io.open(path, "wb"))
+        f:write(string.rep(USERS_INSERT .. "\n", 100000)) -- 4.5 MB: five 1 MiB chunks
+        f:close()
+        local err_path = dir .. "/stderr"
+        local p = assert(io.popen("taskset -c 0 env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID
+            .. " --events " .. quote(path) .. " 2>" .. quote(err_path) .. " </dev/null; echo exit $?"))
+        assert.matches("^1 alpha/", p:read("*l"))
+        assert(io.open(path, "wb")):close()
+        local rest = p:read("*a")
+        p:close()
+        local err = slurp(err_path)
+        fs.rm_rf(dir)
+        assert.matches("\nexit 2\n$", rest)
+        assert.are.equal("relay: " .. path .. ": the file changed while it was read (it shrank)\n", err)
+    end)
 end)
 
 
@@ -297,6 +322,27 @@ describe("m:scan (the binding under relay match --events)", function()
         assert.is_true(batches >= 3) -- 1999 pairs: two full batches of 1024 or fewer
     end)
 
+    it("returns an error, not a crash, when the mapped file shrinks during the scan", function()
+        local path = os.tmpname()
+        local f = assert(io.open(path, "wb"))
+        f:write(string.rep('{"a":0}\n', 400000)) -- 3.2 MB: four 1 MiB chunks
+        f:close()
+        local m = matcher.new()
+        assert(m:add('{"a":[{"eq":0}]}'))
+        f = assert(io.open(path, "rb"))
+        -- On one thread the first chunk is replayed before the second is read.
+        local matched, err = m:scan(f, {
+            threads = 1,
+            on_match = function()
+                assert(io.open(path, "wb")):close()
+            end,
+        })
+        f:close()
+        os.remove(path)
+        assert.is_nil(matched)
+        assert.are.equal("the file changed while it was read (it shrank)", err)
+    end)
+
     it("raises a callback's error once the scan is over, and refuses a closed file", function()
         local m, f = setup('{"a":1}\n{"a":2}\n')
         assert.has_error(function()
@@ -339,7 +385,6 @@ describe("relay app validate", function()
     end)
 
     it("prints every error of a template, one line each, and all of them in --json", function()
-        local fs = require("relay.fs")
         local dir = require("helpers.tmp").mkdtemp("relay-validate-")
         assert(fs.mkdir(dir .. "/two"))
         local template = dir .. "/two/template.yaml"
@@ -359,7 +404,6 @@ describe("relay app validate", function()
     end)
 
     it("reports a program missing from the image, or not executable, at runtime.command", function()
-        local fs = require("relay.fs")
         local dir = require("helpers.tmp").mkdtemp("relay-validate-")
         assert(fs.mkdir(dir .. "/prog"))
         local template = dir .. "/prog/template.yaml"

@@ -2,9 +2,10 @@
  * Input: up to four lines of rules in normal form, then the event (the rest
  * of the input, newlines included). Rules may fail to compile; nothing may
  * crash, leak or hit undefined behaviour, matching must agree with plain
- * validation about which events are malformed, and every level of the
+ * validation about which events are malformed, every level of the
  * scanner's block fast path must give the plain scanner's verdict and
- * reason, byte for byte. */
+ * reason, byte for byte, and matching without the fast paths must find the
+ * same rules. */
 #include "relay/json_scan.h"
 #include "relay/matcher.h"
 
@@ -43,6 +44,27 @@ validate_all_levels(const char *p, size_t len)
 }
 
 
+/* The match without the scanner's fast paths: it must find the same rules
+ * (ids: what the fast match found) and return the same count. */
+static int
+match_plainly(relay_matcher *m, const char *p, size_t len, const uint32_t *ids)
+{
+    uint32_t plain[8];
+    char err[256];
+    int n, i;
+
+    relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+    n = relay_matcher_match(m, p, len, 4096, INT64_C(1767225600000), plain, 8, err, sizeof(err));
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+    for (i = 0; i < n && i < 8; i++) {
+        if (plain[i] != ids[i]) {
+            abort();
+        }
+    }
+    return n;
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -61,7 +83,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     n = relay_matcher_match(m, p, (size_t)(end - p), 4096, INT64_C(1767225600000), ids, 8, err, sizeof(err));
     valid = validate_all_levels(p, (size_t)(end - p)) == 0;
-    if ((n >= 0) != valid) {
+    if ((n >= 0) != valid || n != match_plainly(m, p, (size_t)(end - p), ids)) {
         abort();
     }
     for (i = 1; i < n && i < 8; i++) {

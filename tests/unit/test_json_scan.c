@@ -476,6 +476,118 @@ test_number_window_lengths(void)
 }
 
 
+/* A visitor that tracks every key of every object and writes down each
+ * call, so two scans can be compared call for call. */
+typedef struct transcript {
+    char text[8192];
+    size_t len;
+    int32_t next;
+} transcript;
+
+
+static void
+note_call(transcript *t, const char *what, int32_t id, const char *s, size_t len)
+{
+    int n = snprintf(t->text + t->len, sizeof(t->text) - t->len, "%s%d:%.*s;", what, id, (int)len, s);
+
+    if (n > 0 && t->len + (size_t)n < sizeof(t->text)) {
+        t->len += (size_t)n;
+    }
+}
+
+
+static int32_t
+on_key_note(void *ctx, int32_t object, const char *key, size_t len, int escaped)
+{
+    transcript *t = ctx;
+
+    note_call(t, escaped ? "K\\" : "K", object, key, len);
+    return ++t->next;
+}
+
+
+static void
+on_scalar_note(void *ctx, int32_t slot, relay_json_type type, const char *text, size_t len, int escaped)
+{
+    char what[8];
+
+    snprintf(what, sizeof(what), "S%d%s", (int)type, escaped ? "\\" : "");
+    note_call(ctx, what, slot, text, len);
+}
+
+
+static int32_t
+on_container_note(void *ctx, int32_t slot)
+{
+    transcript *t = ctx;
+
+    note_call(t, "C", slot, "", 0);
+    return ++t->next;
+}
+
+
+/* Scan with the visitor at OFF and at every level: the same calls, the
+ * same verdict and reason. */
+static int
+agree_visited(const char *text, size_t len)
+{
+    static transcript want, got;
+    relay_json_visitor v = {NULL, on_key_note, on_scalar_note, on_container_note, on_container_note, NULL};
+    char want_reason[256], got_reason[256];
+    int rc, i, ok = 1;
+
+    relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+    memset(&want, 0, sizeof(want));
+    v.ctx = &want;
+    want_reason[0] = '\0';
+    rc = relay_json_scan_object(text, len, MAX, &v, 0, want_reason, sizeof(want_reason));
+    for (i = 0; i < (int)(sizeof(levels) / sizeof(*levels)); i++) {
+        relay_json_set_simd(levels[i]);
+        memset(&got, 0, sizeof(got));
+        v.ctx = &got;
+        got_reason[0] = '\0';
+        if (relay_json_scan_object(text, len, MAX, &v, 0, got_reason, sizeof(got_reason)) != rc
+            || strcmp(got_reason, want_reason) != 0 || got.len != want.len
+            || memcmp(got.text, want.text, got.len) != 0) {
+            fprintf(stderr, "level %d visits %.*s otherwise:\n%.*s\n%.*s\n", levels[i], (int)len, text, (int)got.len,
+                    got.text, (int)want.len, want.text);
+            ok = 0;
+        }
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+    return ok;
+}
+
+
+/* Objects of "key":"value" and "key":number pairs (the one-go pair path),
+ * whole and with every byte of `plant` put at every position. */
+static void
+test_plain_pairs(void)
+{
+    static const char base[] =
+        "{\"type\":\"Feature\",\"properties\":{\"MAPBLKLOT\":\"0001001\",\"n\":-12.5e3,"
+        "\"BLOCK_NUM\":\"0001\", \"z\":0,\"LOT_NUM\":\"001\",\"e\":\"a\\u0041\",\"t\":true,"
+        "\"STREET\":\"LARKIN STREET AND MORE\",\"ST_TYPE\":\"ST\"},\"geometry\":{\"type\":\"Polygon\","
+        "\"coordinates\":[[[-122.5,37.8,0],[-122.4,37.7,0]]]}}";
+    char text[sizeof(base) + 1];
+    size_t len = sizeof(base) - 1, at, k;
+
+    CHECK(valid(base));
+    CHECK(agree(base, len) && agree_visited(base, len));
+    for (at = 0; at < len; at++) {
+        for (k = 0; k < sizeof(plant); k++) {
+            memcpy(text, base, len);
+            text[at] = (char)plant[k];
+            CHECK(agree(text, len) && agree_visited(text, len));
+            memcpy(text, base, at);
+            text[at] = (char)plant[k];
+            memcpy(text + at + 1, base + at, len - at);
+            CHECK(agree(text, len + 1) && agree_visited(text, len + 1));
+        }
+    }
+}
+
+
 int
 main(void)
 {
@@ -491,6 +603,7 @@ main(void)
     test_block_crafted();
     test_block_random();
     test_block_depth();
+    test_plain_pairs();
     printf("%ld texts compared across levels\n", agree_cases);
     CHECK_DONE();
 }

@@ -155,7 +155,7 @@ local function match_file(args, cfg, m, labels, now_ms)
         input:close()
     end
     if not matched then
-        exit.env(total)
+        exit.env(args.events .. ": " .. total)
     end
     if args.count then
         io.stdout:write(string.format(args.json and '{"matched":%d,"total":%d}\n' or "matched %d of %d\n",

@@ -1,0 +1,45 @@
+/*
+ * yaml_arena: the memory of one parsed YAML document (yaml_doc.c, yaml_fast.c), and
+ * the scratch stack its collections are built on.
+ *
+ * Every node, scalar text and item array lives in a chain of chunks: one malloc per
+ * ~64 KB instead of three per node, and one free of the chain. The root is the first
+ * allocation of the first chunk, which is how relay_yaml_free finds the chain.
+ */
+#ifndef RELAY_YAML_ARENA_H
+#define RELAY_YAML_ARENA_H
+
+#include "relay/yaml_doc.h"
+
+#include <stddef.h>
+
+typedef struct yaml_arena_chunk {
+    struct yaml_arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+} yaml_arena_chunk;
+
+typedef struct yaml_arena {
+    yaml_arena_chunk *first, *cur;
+} yaml_arena;
+
+/* size bytes, 16-aligned, or NULL when out of memory. */
+void *yaml_arena_alloc(yaml_arena *arena, size_t size);
+
+/* Free the chain that starts at c (NULL is fine). */
+void yaml_arena_free(yaml_arena_chunk *c);
+
+/* Finished children parked until their collection ends (free stack when done). */
+typedef struct yaml_children {
+    relay_yaml_node **stack;
+    size_t sp, cap;
+} yaml_children;
+
+/* Park child; 0, or -1 when out of memory. */
+int yaml_children_push(yaml_children *c, relay_yaml_node *child);
+
+/* Move the children parked since `base` into node's item array, allocated in
+ * arena; 0, or -1 when out of memory. */
+int yaml_children_take(yaml_children *c, yaml_arena *arena, relay_yaml_node *node, size_t base);
+
+#endif
