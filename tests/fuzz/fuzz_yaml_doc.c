@@ -1,5 +1,9 @@
 /* libFuzzer target for the C YAML layer: any input must either parse into a tree whose
- * marks are sane and whose scalars resolve, or fail with a "line:col: " error. */
+ * marks are sane and whose scalars resolve, or fail with a "line:col: " error; and
+ * whenever the fast path (src/yaml_fast.c) reads an input, libyaml alone must read
+ * the same tree from it. */
+#include "../../src/yaml_fast.h"
+#include "../common/yaml_same_tree.h"
 #include "relay/yaml_doc.h"
 
 #include <stdint.h>
@@ -35,6 +39,24 @@ walk(const relay_yaml_node *node, int depth)
 }
 
 
+/* The fast path's tree, when it takes the input, is libyaml's. */
+static void
+check_fast_path(const char *text, size_t size)
+{
+    char err[RELAY_YAML_ERR_MAX];
+    relay_yaml_node *fast = NULL, *reference = NULL;
+
+    if (!relay_yaml_fast_parse(text, size, &fast)) {
+        return;
+    }
+    if (relay_yaml_parse_libyaml(text, size, &reference, err, sizeof(err)) != 0 || !yaml_same_tree(fast, reference)) {
+        abort();
+    }
+    relay_yaml_free(fast);
+    relay_yaml_free(reference);
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -43,6 +65,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     unsigned long line, col;
     char *end;
 
+    check_fast_path((const char *)data, size);
     if (relay_yaml_parse((const char *)data, size, &root, err, sizeof(err)) == 0) {
         if (root != NULL) {
             walk(root, 0);

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* nftw */
 #include "check.h"
 #include "relay/yaml_doc.h"
+#include "../common/yaml_same_tree.h"
 
 #include <ftw.h>
 
@@ -19,31 +20,6 @@ int relay_yaml_fast_parse(const char *text, size_t len, relay_yaml_node **root);
 static long compared, fast_taken, files;
 
 
-static int
-same_tree(const relay_yaml_node *a, const relay_yaml_node *b)
-{
-    size_t i, n;
-
-    if (a == NULL || b == NULL) {
-        return a == b;
-    }
-    if (a->kind != b->kind || a->line != b->line || a->col != b->col || a->count != b->count) {
-        return 0;
-    }
-    if (a->kind == RELAY_YAML_SCALAR) {
-        return a->quoted == b->quoted && a->str_tag == b->str_tag && a->len == b->len
-               && memcmp(a->text, b->text, a->len) == 0 && a->text[a->len] == '\0';
-    }
-    n = a->kind == RELAY_YAML_MAP ? a->count * 2 : a->count;
-    for (i = 0; i < n; i++) {
-        if (!same_tree(a->items[i], b->items[i])) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-
 /* Both parsers agree on text; prints it when they do not. */
 static void
 compare(const char *text, size_t len, const char *what)
@@ -52,7 +28,7 @@ compare(const char *text, size_t len, const char *what)
     relay_yaml_node *a = NULL, *b = NULL, *fast = NULL;
     int rc_a = relay_yaml_parse(text, len, &a, err_a, sizeof(err_a));
     int rc_b = relay_yaml_parse_libyaml(text, len, &b, err_b, sizeof(err_b));
-    int ok = rc_a == rc_b && (rc_a != 0 || strcmp(err_a, err_b) == 0) && same_tree(a, b);
+    int ok = rc_a == rc_b && (rc_a != 0 || strcmp(err_a, err_b) == 0) && yaml_same_tree(a, b);
 
     if (!ok) {
         fprintf(stderr, "%s: the fast path differs from libyaml on:\n%.*s\n---\n", what, (int)len, text);
