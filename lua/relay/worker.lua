@@ -229,10 +229,14 @@ function Worker:schedule_local_retry(msg, retry_in_ms)
 end
 
 
+--- What classify needs for one batch. Its entries came in one reply, so
+-- time-relative patterns see them all at the moment it was handled: one
+-- clock read per batch, not one per entry.
 function Worker:classifier(trusted)
+    local now = clock.now_ms()
     return {
         matcher = self.registry.matcher, labels = self.registry.labels, max_bytes = self.cfg.max_event_bytes,
-        now_ms = clock.now_ms, validate = matcher_core.validate_object, trusted = trusted,
+        now_ms = function() return now end, validate = matcher_core.validate_object, trusted = trusted,
     }
 end
 
