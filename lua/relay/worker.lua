@@ -357,8 +357,7 @@ function Worker:handle_batch(entries, first)
     end
     if first then
         self.read_count = self:next_read_count(largest, unmatched == #entries and next(self.inflight) == nil)
-    end
-    if not first then
+    else
         self:lift_fence(entries)
     end
     self:act(msgs, first)
