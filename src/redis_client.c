@@ -29,6 +29,12 @@
 #define CONNECT_TIMEOUT_S 5.0
 #define BACKOFF_FIRST_S 0.1
 #define BACKOFF_CAP_S 5.0
+/* The read buffer a connection keeps between replies (hiredis: 16 KiB). A
+ * read batch of small entries makes replies of tens of KiB: below this
+ * the buffer is reused, not grown by doubling and freed at every reply
+ * (glibc then consolidated its heap at each such free: ~5 % of the
+ * daemon's unmatched path). */
+#define READ_BUFFER_KEPT_BYTES (256 * 1024)
 
 struct relay_redis_request {
     relay_redis *owner;
@@ -457,6 +463,7 @@ limit_replies(relay_redis *r, redisAsyncContext *ac)
     }
     reader->fn = &counting_objects;
     reader->privdata = r;
+    reader->maxbuf = READ_BUFFER_KEPT_BYTES;
     ev_set_cb(&e->rev, capped_read);
 }
 

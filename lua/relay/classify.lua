@@ -93,34 +93,39 @@ local function stub(msg, info, max_bytes)
 end
 
 
---- entry = { id, flat fields or redis.null[, stub] }; m = { matcher, labels,
--- max_bytes, now_ms, trusted = set of trusted ids | false (unknown) }.
--- Returns a message table:
---   { id, kind = "missing"|"unverified"|"schedule"|"targeted"|"malformed"|"unmatched"|"matched",
---     event, reason, labels = {"<app>/<handler>"…}, target, lineage, fields, truncated }
--- "unverified": it carries reserved fields and the trusted set could not be read.
--- truncated: too large to keep; its dead letter keeps KEPT_EVENT_BYTES of the event.
-function _M.classify(entry, m)
-    local msg = { id = entry[1] }
-    if type(entry[3]) == "table" then
-        return stub(msg, entry[3], m.max_bytes)
-    elseif type(entry[2]) ~= "table" then
-        msg.kind = "missing"
-        return msg
+--- Matches an event: the message of an entry whose fields held nothing
+-- but the event is made here in one go (a table grown key by key costs
+-- its rehashes on every entry of the unmatched path). msg: the message
+-- so far, or nil.
+local function match(id, event, m, msg)
+    local ids, reason = m.matcher:match(event, m.max_bytes, m.now_ms())
+    local kind, labels = "unmatched", ids
+    if not ids then
+        kind, labels = "malformed", nil
+    elseif #ids > 0 then
+        kind, labels = "matched", {}
+        for i, rule in ipairs(ids) do
+            labels[i] = m.labels[rule + 1]
+        end
     end
-    local event_bytes, cost = _M.measure(entry[2])
-    msg.reason = _M.too_large(event_bytes, cost, m.max_bytes)
-    if msg.reason then
-        msg.kind, msg.truncated = "malformed", true
-        return msg
+    if not msg then
+        return { id = id, kind = kind, event = event, labels = labels, reason = reason }
     end
-    local fields = redis.pairs_to_table(entry[2])
-    msg.fields = fields
+    msg.kind, msg.labels, msg.reason = kind, labels, reason
+    return msg
+end
+
+
+--- An entry with fields besides its event: reserved fields (honoured
+-- only when trusted), lineage, schedule occurrences and targets.
+local function classify_fields(id, flat, m)
+    local msg = { id = id }
+    local fields = redis.pairs_to_table(flat)
     msg.event = fields.event
     if CRASH_ON and msg.event and msg.event:find(CRASH_ON, 1, true) then
         fs.kill(fs.getpid(), 9)
     end
-    if _M.reserved(entry[2]) and not (m.trusted and m.trusted[msg.id]) then
+    if _M.reserved(flat) and not (m.trusted and m.trusted[id]) then
         msg.kind = m.trusted and "malformed" or "unverified"
         msg.reason = _M.UNTRUSTED
         return msg
@@ -148,21 +153,37 @@ function _M.classify(entry, m)
         msg.labels = { fields.relay_target }
         return msg
     end
-    local ids, reason = m.matcher:match(msg.event, m.max_bytes, m.now_ms())
-    if not ids then
-        msg.kind, msg.reason = "malformed", reason
-        return msg
+    return match(id, msg.event, m, msg)
+end
+
+
+--- entry = { id, flat fields or redis.null[, stub] }; m = { matcher, labels,
+-- max_bytes, now_ms, trusted = set of trusted ids | false (unknown) }.
+-- Returns a message table:
+--   { id, kind = "missing"|"unverified"|"schedule"|"targeted"|"malformed"|"unmatched"|"matched",
+--     event, reason, labels = {"<app>/<handler>"…}, target, lineage, truncated }
+-- "unverified": it carries reserved fields and the trusted set could not be read.
+-- truncated: too large to keep; its dead letter keeps KEPT_EVENT_BYTES of the event.
+-- A repeated field counts with its first value, as in the scripts.
+function _M.classify(entry, m)
+    local id, flat = entry[1], entry[2]
+    if type(entry[3]) == "table" then
+        return stub({ id = id }, entry[3], m.max_bytes)
+    elseif type(flat) ~= "table" then
+        return { id = id, kind = "missing" }
     end
-    if #ids == 0 then
-        msg.kind, msg.labels = "unmatched", {}
-        return msg
+    local event_bytes, cost = _M.measure(flat)
+    local reason = _M.too_large(event_bytes, cost, m.max_bytes)
+    if reason then
+        return { id = id, kind = "malformed", reason = reason, truncated = true }
     end
-    local labels = {}
-    for i, id in ipairs(ids) do
-        labels[i] = m.labels[id + 1]
+    if #flat ~= 2 or flat[1] ~= "event" then
+        return classify_fields(id, flat, m)
     end
-    msg.kind, msg.labels = "matched", labels
-    return msg
+    if CRASH_ON and flat[2]:find(CRASH_ON, 1, true) then
+        fs.kill(fs.getpid(), 9)
+    end
+    return match(id, flat[2], m)
 end
 
 

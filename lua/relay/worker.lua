@@ -71,6 +71,13 @@ local LARGE_EVENT_BYTES = 1 * MiB
 -- After a read whose entries were too large for the wanted batch (or a
 -- reply too large), reads that fit before a read asks for it again.
 local GROW_AFTER_READS = 100
+-- While reads bring nothing but unmatched entries and no message is in
+-- flight, each read asks for twice as many as the last, up to this many:
+-- per-command costs (two round trips, the wake-ups, the settling task)
+-- then spread over more entries. One matched entry brings the wanted
+-- batch back, so a replica takes at most one large batch of work that
+-- others could have shared.
+local UNMATCHED_READ_MAX = 256
 local POISON_CRASHES = 5  -- docs/lifecycle.md
 local TOO_LARGE = "reply too large"  -- relay.core.redis, a reply over the client's cap
 
@@ -229,10 +236,14 @@ function Worker:schedule_local_retry(msg, retry_in_ms)
 end
 
 
+--- What classify needs for one batch. Its entries came in one reply, so
+-- time-relative patterns see them all at the moment it was handled: one
+-- clock read per batch, not one per entry.
 function Worker:classifier(trusted)
+    local now = clock.now_ms()
     return {
         matcher = self.registry.matcher, labels = self.registry.labels, max_bytes = self.cfg.max_event_bytes,
-        now_ms = clock.now_ms, validate = matcher_core.validate_object, trusted = trusted,
+        now_ms = function() return now end, validate = matcher_core.validate_object, trusted = trusted,
     }
 end
 
@@ -315,14 +326,24 @@ end
 -- small ones make a reply too large, which read_new survives (the entries
 -- are taken from the pending list) and which restarts the count of reads;
 -- so a stream mixing sizes pays that reset rarely, not every other read.
-function Worker:next_read_count(largest_entry_cost)
+-- idle: the last read held only unmatched entries and nothing is in flight;
+-- the batch then doubles up to UNMATCHED_READ_MAX as long as that many of
+-- the largest entry seen last still fit under the cap.
+function Worker:next_read_count(largest_entry_cost, idle)
     local l = self.limits
-    if largest_entry_cost * l.wanted_count <= l.reply - REPLY_SLACK_BYTES then
+    local room = l.reply - REPLY_SLACK_BYTES
+    if largest_entry_cost * l.wanted_count <= room then
         self.fitting_reads = self.fitting_reads + 1
     else
         self.fitting_reads = 0
     end
-    return self.fitting_reads >= GROW_AFTER_READS and l.wanted_count or l.count
+    if self.fitting_reads < GROW_AFTER_READS then
+        return l.count
+    elseif not idle then
+        return l.wanted_count
+    end
+    local fitting = math.floor(room / math.max(1, largest_entry_cost))
+    return math.max(l.wanted_count, math.min(2 * self.read_count, UNMATCHED_READ_MAX, fitting))
 end
 
 
@@ -332,17 +353,18 @@ end
 -- waits: a crash after that is not theirs.
 function Worker:handle_batch(entries, first)
     local largest = self:count_read(entries)
-    if first then
-        self.read_count = self:next_read_count(largest)
-    end
     local classifier = self:classifier(self:trusted_ids(entries))
-    local msgs = {}
+    local msgs, unmatched = {}, 0
     for _, entry in ipairs(entries) do
         if not self.inflight[entry[1]] then
-            msgs[#msgs + 1] = classify.classify(entry, classifier)
+            local msg = classify.classify(entry, classifier)
+            msgs[#msgs + 1] = msg
+            unmatched = unmatched + (msg.kind == "unmatched" and 1 or 0)
         end
     end
-    if not first then
+    if first then
+        self.read_count = self:next_read_count(largest, unmatched == #entries and next(self.inflight) == nil)
+    else
         self:lift_fence(entries)
     end
     self:act(msgs, first)

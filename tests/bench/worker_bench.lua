@@ -3,7 +3,9 @@
 -- (tests/bench/worker_bench.sh starts Redis and wraps it). WHICH is a, b or c:
 --   a  unmatched throughput: `relay run` (10 apps x 10 rules, none matching)
 --      vs a raw XREADGROUP COUNT B + one XACK per batch loop; N events, each
---      side on its own fresh group over the same stream
+--      side on its own fresh group over the same stream. For reference also
+--      the raw loop at COUNT 256, the daemon's largest batch while nothing
+--      matches (not the target's baseline)
 --   b  matched events, trivial handler, MAX_CONCURRENCY=2 and app concurrency
 --      2: `relay run` vs relay.runtime.invoke at concurrency 2; M each
 --   c  RSS: idle daemon without apps, with 100 apps x 10 rules, and with
@@ -31,6 +33,7 @@ local ROUNDS = tonumber(arg[7]) or 3
 local URL = "unix://" .. SOCK
 local POLL_S = 0.01
 local HANDLER_CMD = "[/bin/sh, -c, 'cat >/dev/null']"
+local UNMATCHED_READ_MAX = 256  -- relay.worker's largest read of new entries while nothing matches
 
 local function binary()
     local p = io.popen("readlink -f /proc/" .. loop.getpid() .. "/exe")
@@ -240,10 +243,14 @@ local function bench_unmatched()
     print(string.format("(a) unmatched: %d events pre-loaded in %.2f s; 10 apps x 10 rules, none matching; "
         .. "%d rounds, medians", N, loop.monotonic() - t0, ROUNDS))
     local count = math.max(16, 2 * max_conc)
-    local cpu = { raw = {}, raw_redis = {}, relay = {}, relay_redis = {} }
+    local cpu = { raw = {}, raw_redis = {}, relay = {}, relay_redis = {}, large = {} }
+    local large_rate = {}
     local res = rounds(function(r)
         local elapsed, own, rcpu = raw_consumer(c, stream, "raw" .. r, N, count)
         cpu.raw[r], cpu.raw_redis[r] = own / N * 1e6, rcpu / N * 1e6
+        -- a reference, not the target: the raw loop at the daemon's largest unmatched batch
+        local large_elapsed, large_own = raw_consumer(c, stream, "raw-large" .. r, N, UNMATCHED_READ_MAX)
+        large_rate[r], cpu.large[r] = N / large_elapsed, large_own / N * 1e6
         return N / elapsed
     end, function(r)
         local rcpu0 = redis_cpu(c)
@@ -263,6 +270,9 @@ local function bench_unmatched()
         median(cpu.raw_redis), median(cpu.relay), median(cpu.relay_redis)))
     print(string.format("(a) ratio relay/raw: %.3f from launch, %.3f from first read (target >= 0.95); "
         .. "per round %s", res.rate / res.base, res.steady / res.base, res.ratios))
+    print(string.format("(a) reference, raw XREADGROUP COUNT %d + XACK (the daemon's largest unmatched batch): "
+        .. "%.0f events/s, client CPU %.2f us/event; relay run from first read / it: %.3f", UNMATCHED_READ_MAX,
+        median(large_rate), median(cpu.large), res.steady / median(large_rate)))
     c:close()
 end
 
