@@ -489,6 +489,28 @@ describe("docker and podman drivers", function()
         assert.is_true(d:finish({}, { start_error = "exec docker: No such file or directory" }).host_failure)
     end)
 
+    it("asks docker for leftovers only where a docker engine can be", function()
+        local stdlib = require("posix.stdlib")
+        local rt = ctx()
+        local asked = rt.base_dir .. "/docker-was-asked"
+        local fake = rt.base_dir .. "/fake-docker"
+        fs.mkdir_p(rt.base_dir, 448)
+        assert(fs.write_file(fake, "#!/bin/sh\necho \"$*\" >>" .. asked .. "\n"))
+        assert(fs.chmod(fake, 448))
+        local d = docker.new(rt)
+        d.bin = fake
+        local saved = os.getenv("DOCKER_HOST")
+        stdlib.setenv("DOCKER_HOST", nil)
+        local engine_here = fs.exists("/var/run/docker.sock")
+        assert.are.equal(0, d:sweep())
+        assert.are.equal(engine_here, fs.exists(asked))
+        stdlib.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
+        d:sweep()
+        stdlib.setenv("DOCKER_HOST", saved)
+        assert.truthy((fs.read_file(asked) or ""):find("ps -a -q --filter label=relay.owner=", 1, true))
+        rt:close()
+    end)
+
     it("needs an image reference", function()
         local d = docker.new(ctx())
         d.bin = "/bin/true"

@@ -29,6 +29,7 @@ local D = {}
 local UID, GID = 65534, 65534
 local ENGINE_ERROR = 125
 local KILL_DELAY_S = 3
+local DOCKER_SOCKET = "/var/run/docker.sock"
 
 
 --- Builds a driver module for an engine binary (docker or podman).
@@ -232,9 +233,25 @@ function D:finish(spec, report)
 end
 
 
+--- Whether the engine could hold containers at all. docker's containers
+-- live in its daemon: with no DOCKER_HOST and no socket at the default
+-- path there is none to ask, and `docker ps` would only fail after
+-- starting its CLI (40-70 ms of every daemon start on a host that has the
+-- CLI and no engine). podman keeps its state on disk: always asked.
+function D:may_hold_containers()
+    if self.engine ~= "docker" or os.getenv("DOCKER_HOST") then
+        return true
+    end
+    return fs.exists(DOCKER_SOCKET)
+end
+
+
 --- This owner's leftover containers (by label, never by name prefix: a
 -- `relay app invoke` of the same consumer has another owner label).
 function D:sweep()
+    if not self:may_hold_containers() then
+        return 0
+    end
     local args = { self.bin }
     for _, a in ipairs(self.tweaks.global_args or {}) do
         args[#args + 1] = a
