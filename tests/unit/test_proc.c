@@ -590,7 +590,12 @@ test_no_copy_on_write(void)
     getrusage(RUSAGE_SELF, &before);
     memset(mem, 2, len);
     getrusage(RUSAGE_SELF, &after);
-    CHECK(after.ru_minflt - before.ru_minflt < PAGES / 2);
+    /* valgrind runs a vfork as a fork (scripts/test says when it is the host) */
+    if (getenv("RELAY_UNDER_VALGRIND") == NULL) {
+        CHECK(after.ru_minflt - before.ru_minflt < PAGES / 2);
+    } else {
+        printf("copy-on-write faults not checked under valgrind: %ld\n", after.ru_minflt - before.ru_minflt);
+    }
     relay_proc_free(p);
     munmap(mem, len);
 }
