@@ -681,6 +681,36 @@ typedef struct block_cut {
 } block_cut;
 
 
+/* block_brackets without following them one by one, when counting proves no
+ * stop can occur: even if every ']' came first the depth stays above the
+ * base, and even if every '[' came first it stays within the limit. Levels
+ * above the base were all opened by this block loop (token -1, not an
+ * object), so marking the newly reachable ones is all the per-level state
+ * there is. A coordinate list's "],[" blocks take this path; its last
+ * block ("]]]") does not. Returns 1 when it applied. */
+static inline int
+block_brackets_counted(scanner *s, uint64_t b, uint64_t close, int base)
+{
+    int d = s->depth, opens = __builtin_popcountll(b & ~close), closes = __builtin_popcountll(b & close);
+
+    /* At most two opens (a 64-byte block holds no more of a coordinate
+     * list's): two plain stores each, where a loop became memset calls. */
+    if (opens > 2 || d - closes <= base || d + opens > RELAY_JSON_MAX_DEPTH) {
+        return 0;
+    }
+    if (opens > 0) {
+        s->token[d + 1] = -1;
+        s->is_object[d + 1] = 0;
+    }
+    if (opens > 1) {
+        s->token[d + 2] = -1;
+        s->is_object[d + 2] = 0;
+    }
+    s->depth = d + opens - closes;
+    return 1;
+}
+
+
 /* Follow the brackets in `b` (one block's, in order), updating s->depth.
  * Stops at the end of the untracked value: the ']' that closes it (object
  * base) or would close the base array, or a '[' beyond the depth limit.
@@ -690,6 +720,9 @@ block_brackets(scanner *s, uint64_t b, uint64_t close, int base, int base_object
 {
     int d = s->depth, stop = 0;
 
+    if (block_brackets_counted(s, b, close, base)) {
+        return 0;
+    }
     while (b) {
         unsigned i = (unsigned)__builtin_ctzll(b);
 
