@@ -949,7 +949,7 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
  * key's quote): reported and skipped in one go. Returns the position after
  * the value, a ',' or '}', or NULL when the pair is anything else (the
  * general path then reads it, and finds any error in it). */
-static inline cursor
+static inline __attribute__((always_inline)) cursor
 scan_plain_pair(scanner *s, cursor p)
 {
 #ifdef __SSE2__
