@@ -1035,7 +1035,11 @@ value:
     if (p >= end) {
         return fail(err, "expected a value", p);
     }
-    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES && simd_level != RELAY_JSON_SIMD_OFF) {
+    /* Only arrays that start with a number or an array can gain: one of
+     * strings or objects (a pattern's [{"eq":...}]) would pay for a block
+     * (or a padded copy of a short text) to learn nothing. */
+    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES && simd_level != RELAY_JSON_SIMD_OFF && end - p > 1
+        && (p[1] == '[' || p[1] == '-' || (unsigned)(p[1] - '0') < 10)) {
         int after;
         cursor q = skip_number_arrays(s, p, end, &after);
 
