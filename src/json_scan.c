@@ -733,6 +733,38 @@ below(unsigned n)
 }
 
 
+/* A block's brackets below `limit` without following them one by one, when
+ * counting proves no stop can occur among them: even if every ']' came first
+ * the depth stays above the base, and even if every '[' came first it stays
+ * within the limit. Levels above the base were all opened by this block
+ * loop (token -1, not an object), so marking the newly reachable ones is all
+ * the per-level state there is. Sets the depth to what it is at `k` (the
+ * commit) and returns 1 when it applied. A coordinate list's "],[" blocks
+ * take this path; its first and last blocks do not. */
+static inline int
+block_brackets_counted(scanner *s, const block_masks *m, uint64_t brackets, unsigned k, int base)
+{
+    uint64_t open = brackets & ~m->close, close = brackets & m->close, upto = below(k);
+    int d = s->depth, opens = __builtin_popcountll(open);
+
+    /* At most two opens (a 64-byte block holds no more of a coordinate
+     * list's): two plain stores each, where a loop became memset calls. */
+    if (opens > 2 || d - __builtin_popcountll(close) <= base || d + opens > RELAY_JSON_MAX_DEPTH) {
+        return 0;
+    }
+    if (opens > 0) {
+        s->token[d + 1] = -1;
+        s->is_object[d + 1] = 0;
+    }
+    if (opens > 1) {
+        s->token[d + 2] = -1;
+        s->is_object[d + 2] = 0;
+    }
+    s->depth = d + __builtin_popcountll(open & upto) - __builtin_popcountll(close & upto);
+    return 1;
+}
+
+
 /* Commit what one classified block proves. Returns the bytes committed
  * (0 = none) and sets *after. Commits end at a structural stop, else just
  * past the last ',' before the first bad byte; brackets beyond that ',' are
@@ -749,6 +781,9 @@ block_commit(scanner *s, const block_masks *m, int base, int base_object, int *a
     k = commas ? 64 - (unsigned)__builtin_clzll(commas) : 0;
     brackets = (m->open | m->close) & below(limit);
     *after = 0;
+    if (block_brackets_counted(s, m, brackets, k, base)) {
+        return k;
+    }
     if (block_brackets(s, brackets & below(k), m->close, base, base_object, &cut)) {
         goto cut;
     }
@@ -914,7 +949,7 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
  * key's quote): reported and skipped in one go. Returns the position after
  * the value, a ',' or '}', or NULL when the pair is anything else (the
  * general path then reads it, and finds any error in it). */
-static inline cursor
+static inline __attribute__((always_inline)) cursor
 scan_plain_pair(scanner *s, cursor p)
 {
 #ifdef __SSE2__
@@ -1000,7 +1035,11 @@ value:
     if (p >= end) {
         return fail(err, "expected a value", p);
     }
-    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES && simd_level != RELAY_JSON_SIMD_OFF) {
+    /* Only arrays that start with a number or an array can gain: one of
+     * strings or objects (a pattern's [{"eq":...}]) would pay for a block
+     * (or a padded copy of a short text) to learn nothing. */
+    if (*p == '[' && slot < 0 && s->misses < FAST_MISSES && simd_level != RELAY_JSON_SIMD_OFF && end - p > 1
+        && (p[1] == '[' || p[1] == '-' || (unsigned)(p[1] - '0') < 10)) {
         int after;
         cursor q = skip_number_arrays(s, p, end, &after);
 

@@ -424,6 +424,40 @@ test_block_depth(void)
 }
 
 
+/* A list of pairs under d arrays ({"a":[[...[[1.5,2],[3,4.25],...]...]]}):
+ * blocks of "],[" count their brackets instead of following them, so every
+ * block boundary lands at depths around the base and the limit, with the
+ * list cut short or closed one bracket too many or too few. */
+static void
+test_block_counted(void)
+{
+    size_t d, pairs, n, i;
+    int extra;
+    char *buf = malloc(16384);
+
+    for (d = 1; d <= 513; d += d < 8 || d > 505 ? 1 : 97) {
+        for (pairs = 1; pairs <= 12; pairs += 3) {
+            for (extra = -1; extra <= 1; extra++) {
+                n = (size_t)sprintf(buf, "{\"a\":");
+                for (i = 0; i < d; i++) {
+                    buf[n++] = '[';
+                }
+                for (i = 0; i < pairs; i++) {
+                    n += (size_t)sprintf(buf + n, "%s[1.5,2],[3,4.25]", i ? "," : "");
+                }
+                for (i = 0; (int)i < (int)d + extra; i++) {
+                    buf[n++] = ']';
+                }
+                buf[n++] = '}';
+                CHECK(agree(buf, n));
+                CHECK(agree(buf, n / 2));
+            }
+        }
+    }
+    free(buf);
+}
+
+
 /* Numbers of every length around the scanner's 32-byte number window: a
  * '.' or 'e' right at the window's last byte once ended the number early,
  * rejecting valid JSON (found by the fuzzer). Every form must be valid at
@@ -603,6 +637,7 @@ main(void)
     test_block_crafted();
     test_block_random();
     test_block_depth();
+    test_block_counted();
     test_plain_pairs();
     printf("%ld texts compared across levels\n", agree_cases);
     CHECK_DONE();
