@@ -378,11 +378,8 @@ function Worker:classify_entries(entries, now)
 end
 
 
---- A read of new entries. A stream batch (relay.core.redis) matches the
--- entries holding just an event in C and acknowledges the unmatched ones
--- with one XACK of ids taken from the reply: no Lua value per entry on the
--- unmatched path. The other entries are classified here as always. The
--- batch's shortcut is off where the Lua path must see every entry: a
+--- A read of new entries: a stream batch (relay.core.redis), taken by
+-- Worker:handle_stream_batch unless the Lua path must see every entry: a
 -- recreated group (a ">" read may bring entries in flight, whose
 -- settlement goes through the script), an on_event hook, a test build's
 -- crash marker. A reply of another shape is handled as a list of entries.
@@ -396,23 +393,32 @@ function Worker:handle_new(reply)
     if self.group_recreated or classify.TEST_CRASH or self.report.event_hook() then
         return self:handle_batch(reply:entries(), true)
     end
+    self:handle_stream_batch(reply)
+end
+
+
+--- The entries holding just an event are matched in C, and the unmatched
+-- ones counted at once and acknowledged by one XACK of ids taken from the
+-- reply: no Lua value per entry on the unmatched path. The other entries
+-- are classified and acted on here as always.
+function Worker:handle_stream_batch(batch)
     local now = clock.now_ms()
-    local unmatched, largest, bytes, rest = reply:match(self.registry.matcher, self.cfg.max_event_bytes, now,
+    local unmatched, largest, bytes, rest = batch:match(self.registry.matcher, self.cfg.max_event_bytes, now,
         classify.OBJECT_BYTES, self.limits.entry)
     self.read_bytes = self.read_bytes + bytes
     for i, index in ipairs(rest) do
-        rest[i] = reply:entry(index)
+        rest[i] = batch:entry(index)
     end
     local msgs, more = self:classify_entries(rest, now)
     self.read_count = self:next_read_count(largest,
-        unmatched + more == reply:count() and next(self.inflight) == nil)
-    if unmatched > 0 then
-        self.report.events("unmatched", unmatched)
-        self:settle_in_background(function() self:ack_batch(reply) end)
-    else
-        reply:free()
-    end
+        unmatched + more == batch:count() and next(self.inflight) == nil)
     self:act(msgs, true)
+    if unmatched == 0 then
+        batch:free()
+        return
+    end
+    self.report.events("unmatched", unmatched)
+    self:settle_in_background(function() self:ack_batch(batch) end)
 end
 
 
