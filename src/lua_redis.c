@@ -110,8 +110,8 @@ relay_lua_push_reply(lua_State *L, redisReply *reply, int top_level)
             relay_lua_push_reply(L, reply->element[i], 0);
             lua_rawseti(L, -2, (int)i + 1);
             /* Each element goes as soon as Lua has its copy, so that a large
-             * reply is never held twice over (freeReplyObject skips NULL). */
-            freeReplyObject(reply->element[i]);
+             * reply is never held twice over (both frees skip NULL). */
+            relay_redis_free_reply(reply->element[i]);
             reply->element[i] = NULL;
         }
         break;

@@ -28,6 +28,7 @@
 
 #include "lua_common.h"
 #include "lua_stream_batch.h"
+#include "relay/redis_client.h"
 
 #define BATCH_CLASS "relay.redis.stream_batch"
 
@@ -83,7 +84,7 @@ relay_stream_batch_push(lua_State *L, redisReply *reply)
     b->n = entries->elements;
     memset(b->unmatched, 0, b->n);
     /* The batch owns the entries from now on: hiredis frees the rest
-     * (freeReplyObject skips NULL). */
+     * (relay_redis_free_reply skips NULL). */
     reply->element[0]->element[1] = NULL;
     luaL_getmetatable(L, BATCH_CLASS);
     lua_setmetatable(L, -2);
@@ -205,7 +206,7 @@ push_entry(lua_State *L, stream_batch *b, size_t i)
         return;
     }
     relay_lua_push_reply(L, e, 0);
-    freeReplyObject(e);
+    relay_redis_free_reply(e);
     b->entries->element[i] = NULL;
     b->unmatched[i] = 0;
 }
@@ -266,7 +267,7 @@ batch_free(lua_State *L)
     stream_batch *b = luaL_checkudata(L, 1, BATCH_CLASS);
 
     if (b->entries != NULL) {
-        freeReplyObject(b->entries);
+        relay_redis_free_reply(b->entries);
         b->entries = NULL;
     }
     return 0;
