@@ -12,6 +12,7 @@
 #include <lualib.h>
 
 #include "lua_common.h"
+#include "lua_stream_batch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,19 @@ nil_error(lua_State *L, const char *msg)
     lua_pushnil(L);
     lua_pushstring(L, msg);
     return 2;
+}
+
+
+/* The matcher at idx, for the stream batch's match (lua_stream_batch.c). */
+relay_matcher *
+relay_lua_check_matcher(lua_State *L, int idx)
+{
+    relay_matcher **box = luaL_checkudata(L, idx, MATCHER_MT);
+
+    if (!*box) {
+        luaL_error(L, "matcher already freed");
+    }
+    return *box;
 }
 
 

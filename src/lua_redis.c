@@ -12,6 +12,9 @@
  * failure (lost connection, timeout, not connected) nil, message, "io".
  * redis.reply_object_bytes: what each reply object counts against a
  * client's max_reply_bytes besides its own bytes.
+ * An async call whose first word is redis.stream_batch returns a read of
+ * one stream's entries as a stream batch (lua_stream_batch.c), which as a
+ * later command word stands for the ids of its unmatched entries.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +23,7 @@
 
 #include "lua_bridge.h"
 #include "lua_common.h"
+#include "lua_stream_batch.h"
 #include "relay/redis_client.h"
 
 #define ASYNC_CLASS "relay.redis.async"
@@ -45,7 +49,11 @@ typedef struct {
     relay_wait_token token;
     relay_redis_request *req;
     async_client *client;
+    int stream_batch; /* the reply of a stream read becomes a batch */
 } pending_call;
+
+/* redis.stream_batch: a first command word asking for a stream batch. */
+static const char stream_batch_marker;
 
 /* Whether Redis is reachable, for the whole process (redis.reachable): an
  * async client counts as cut off from the moment it loses an established
@@ -68,8 +76,8 @@ set_unreachable(async_client *c, int unreachable, const char *error)
 }
 
 
-static void
-push_reply(lua_State *L, redisReply *reply, int top_level)
+void
+relay_lua_push_reply(lua_State *L, redisReply *reply, int top_level)
 {
     switch (reply->type) {
     case REDIS_REPLY_STRING:
@@ -99,11 +107,11 @@ push_reply(lua_State *L, redisReply *reply, int top_level)
         lua_checkstack(L, 4);
         lua_createtable(L, (int)reply->elements, 0);
         for (size_t i = 0; i < reply->elements; i++) {
-            push_reply(L, reply->element[i], 0);
+            relay_lua_push_reply(L, reply->element[i], 0);
             lua_rawseti(L, -2, (int)i + 1);
             /* Each element goes as soon as Lua has its copy, so that a large
-             * reply is never held twice over (freeReplyObject skips NULL). */
-            freeReplyObject(reply->element[i]);
+             * reply is never held twice over (both frees skip NULL). */
+            relay_redis_free_reply(reply->element[i]);
             reply->element[i] = NULL;
         }
         break;
@@ -115,9 +123,10 @@ push_reply(lua_State *L, redisReply *reply, int top_level)
 
 
 /* Pushes the Lua result triple for a reply (or a transport error). An
- * array reply's elements are freed as they are converted. */
+ * array reply's elements are freed as they are converted. stream_batch: a
+ * read of one stream's entries becomes a batch (lua_stream_batch.c). */
 static int
-push_result(lua_State *L, redisReply *reply, const char *io_error)
+push_result(lua_State *L, redisReply *reply, const char *io_error, int stream_batch)
 {
     if (reply == NULL) {
         lua_pushnil(L);
@@ -127,11 +136,13 @@ push_result(lua_State *L, redisReply *reply, const char *io_error)
     }
     if (reply->type == REDIS_REPLY_ERROR) {
         lua_pushnil(L);
-        push_reply(L, reply, 1);
+        relay_lua_push_reply(L, reply, 1);
         lua_pushliteral(L, "reply");
         return 3;
     }
-    push_reply(L, reply, 1);
+    if (!stream_batch || !relay_stream_batch_push(L, reply)) {
+        relay_lua_push_reply(L, reply, 1);
+    }
     return 1;
 }
 
@@ -186,22 +197,43 @@ read_addr(lua_State *L, int idx, relay_redis_addr *addr, relay_tls_options *tls)
 }
 
 
+/* Pushes word i of the command (stack position first + i, or element i + 1
+ * of the array at first). */
+static void
+push_word(lua_State *L, int first, int from_table, int i)
+{
+    if (from_table) {
+        lua_rawgeti(L, first, i + 1);
+    } else {
+        lua_pushvalue(L, first + i);
+    }
+}
+
+
 /* Collects the command words from stack positions first..top (or from the
  * array at position first when it is a table). Numbers that are integers are
- * written without an exponent. */
+ * written without an exponent; a stream batch stands for the ids of its
+ * unmatched entries. */
 static int
 collect_argv(lua_State *L, int first, const char **argv, size_t *argvlen)
 {
     int from_table = lua_istable(L, first);
     int n = from_table ? (int)lua_objlen(L, first) : lua_gettop(L) - first + 1;
+    int out = 0;
 
     luaL_argcheck(L, n > 0 && n <= MAX_ARGS, first, "a command needs 1..4096 words");
     luaL_checkstack(L, n + 8, "too many redis command words");
     for (int i = 0; i < n; i++) {
-        if (from_table) {
-            lua_rawgeti(L, first, i + 1);
-        } else {
-            lua_pushvalue(L, first + i);
+        push_word(L, first, from_table, i);
+        if (lua_type(L, -1) == LUA_TUSERDATA) {
+            /* kept on the stack, and so alive, until the call ends */
+            int ids = relay_stream_batch_ids(L, -1, argv + out, argvlen + out, MAX_ARGS - out);
+            if (ids < 0) {
+                return luaL_error(L, "redis command word %d: %s", i + 1,
+                                  ids == -1 ? "a userdata other than a stream batch" : "too many ids");
+            }
+            out += ids;
+            continue;
         }
         if (lua_type(L, -1) == LUA_TNUMBER) {
             lua_Number v = lua_tonumber(L, -1);
@@ -215,10 +247,14 @@ collect_argv(lua_State *L, int first, const char **argv, size_t *argvlen)
             return luaL_error(L, "redis command word %d must be a string or number, got %s", i + 1,
                               luaL_typename(L, -1));
         }
+        if (out == MAX_ARGS) {
+            return luaL_error(L, "a command needs 1..4096 words");
+        }
         /* Converted words are kept alive on the stack until the call ends. */
-        argv[i] = lua_tolstring(L, -1, &argvlen[i]);
+        argv[out] = lua_tolstring(L, -1, &argvlen[out]);
+        out++;
     }
-    return n;
+    return out;
 }
 
 
@@ -245,7 +281,7 @@ call_answered(void *privdata, redisReply *reply, const char *error)
     }
     if (mailbox != NULL) {
         /* Convert now: hiredis frees the reply when this callback returns. */
-        push_result(mailbox, reply, error);
+        push_result(mailbox, reply, error, call->stream_batch);
         relay_wait_complete(call->token, NULL, NULL);
     }
     free(call);
@@ -269,13 +305,15 @@ async_call_with(lua_State *L, double timeout_s, int first_word)
     const char *argv[MAX_ARGS];
     size_t argvlen[MAX_ARGS];
     char err[512];
-    int argc = collect_argv(L, first_word, argv, argvlen);
+    int stream_batch = lua_touserdata(L, first_word) == &stream_batch_marker;
+    int argc = collect_argv(L, first_word + stream_batch, argv, argvlen);
     pending_call *call = calloc(1, sizeof(*call));
 
     if (call == NULL) {
         return luaL_error(L, "out of memory");
     }
     call->client = c;
+    call->stream_batch = stream_batch;
     call->req = relay_redis_command(c->conn, argc, argv, argvlen, timeout_s, call_answered, call, err, sizeof(err));
     if (call->req == NULL) {
         free(call);
@@ -537,16 +575,16 @@ lua_redis_sync_call(lua_State *L)
     }
     if (relay_redis_sync_error(c->conn) != NULL) {
         snprintf(err, sizeof(err), "redis connection to %s is broken: %s", c->where, relay_redis_sync_error(c->conn));
-        return push_result(L, NULL, err);
+        return push_result(L, NULL, err, 0);
     }
     argc = collect_argv(L, 2, argv, argvlen);
     reply = relay_redis_sync_command(c->conn, argc, argv, argvlen);
     if (reply == NULL) {
         const char *why = relay_redis_sync_error(c->conn);
         snprintf(err, sizeof(err), "redis at %s: %s", c->where, why ? why : "no reply");
-        return push_result(L, NULL, err);
+        return push_result(L, NULL, err, 0);
     }
-    nret = push_result(L, reply, NULL);
+    nret = push_result(L, reply, NULL, 0);
     freeReplyObject(reply);
     return nret;
 }
@@ -634,5 +672,8 @@ luaopen_relay_core_redis(lua_State *L)
     lua_setfield(L, -2, "null");
     lua_pushinteger(L, RELAY_REDIS_REPLY_OBJECT_BYTES);
     lua_setfield(L, -2, "reply_object_bytes");
+    relay_stream_batch_register(L);
+    lua_pushlightuserdata(L, (void *)&stream_batch_marker);
+    lua_setfield(L, -2, "stream_batch");
     return 1;
 }

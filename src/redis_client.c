@@ -369,11 +369,28 @@ count_object(const redisReadTask *task, size_t bytes)
 }
 
 
+/* A string object and its bytes in one allocation (hiredis makes two):
+ * a stream entry is mostly strings, and the allocator's share of the
+ * daemon's unmatched path was its largest. relay_redis_free_reply frees it. */
 static void *
 counted_string(const redisReadTask *task, char *str, size_t len)
 {
+    redisReply *r = malloc(sizeof(*r) + len + 1);
+
+    if (r == NULL) {
+        return NULL;
+    }
     count_object(task, len);
-    return hiredis_objects->createString(task, str, len);
+    memset(r, 0, sizeof(*r));
+    r->type = task->type;
+    r->str = (char *)(r + 1);
+    memcpy(r->str, str, len);
+    r->str[len] = '\0';
+    r->len = len;
+    if (task->parent != NULL) {
+        ((redisReply *)task->parent->obj)->element[task->idx] = r;
+    }
+    return r;
 }
 
 
@@ -403,15 +420,28 @@ counted_nil(const redisReadTask *task)
 }
 
 
-static void
-counted_free(void *obj)
+void
+relay_redis_free_reply(void *obj)
 {
-    hiredis_objects->freeObject(obj);
+    redisReply *r = obj;
+
+    if (r == NULL) {
+        return;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->element != NULL) {
+        for (size_t i = 0; i < r->elements; i++) {
+            relay_redis_free_reply(r->element[i]);
+        }
+        free(r->element);
+    } else if (r->str != NULL && r->str != (char *)(r + 1)) {
+        free(r->str); /* a string of hiredis's own making */
+    }
+    free(r);
 }
 
 
 static redisReplyObjectFunctions counting_objects = {
-    counted_string, counted_array, counted_integer, counted_nil, counted_free,
+    counted_string, counted_array, counted_integer, counted_nil, relay_redis_free_reply,
 };
 
 

@@ -57,6 +57,11 @@ unsigned long relay_redis_reconnect_count(const relay_redis *r);
  * for (relay.classify) count entries with the same figure. */
 #define RELAY_REDIS_REPLY_OBJECT_BYTES 64
 
+/* Frees a reply of an async connection, whose string objects hold their
+ * bytes (freeReplyObject must not see them); replies of hiredis's own making
+ * too. NULL is a no-op. */
+void relay_redis_free_reply(void *reply);
+
 /* Caps what one reply may hold while it is read (its buffered bytes plus
  * the objects built from it; 0 = no cap, the default). A reply over the cap
  * resets the connection, and its command fails with "reply too large …":

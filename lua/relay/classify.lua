@@ -22,6 +22,7 @@ _M.KEPT_EVENT_BYTES = 4096
 -- Test builds only: the daemon kills itself while classifying an event
 -- holding this text, so that specs can crash it for real on one entry.
 local CRASH_ON = build.test_constants and os.getenv("RELAY_TEST_CRASH_ON") or nil
+_M.TEST_CRASH = CRASH_ON ~= nil  -- every event must then come through here
 
 -- Fields only Relay's own publishers may write (`relay dlq replay`, the
 -- scheduler); on an entry they did not record as trusted, a producer wrote

@@ -5,6 +5,7 @@
 -- registry plus the user hooks):
 --
 --   report.event(outcome, msg)                        on_event
+--   report.events(outcome, n)   n events no hook sees (when not report.event_hook())
 --   report.attempt(inv, outcome, result, msg, attempt, retry_in_ms) on_attempt
 --   report.dlq(inv, msg, reason, attempts, dlq_id)     on_dlq
 --   report.inc(name, labels, by)
@@ -80,6 +81,14 @@ function _M.reporter(obs)
         if h and msg then
             h({ id = msg.id, outcome = outcome, matches = list_copy(msg.labels) })
         end
+    end
+    --- Counts n events of an outcome that no hook is told of: for callers
+    -- that checked event_hook() first.
+    function m.events(outcome, n)
+        reg:inc_key("relay_events_total", event_keys[outcome], n)
+    end
+    function m.event_hook()
+        return obs.hooks ~= nil and obs.hooks.on_event ~= nil
     end
     function m.attempt(inv, outcome, result, msg, attempt, retry_in_ms)
         result = result or {}

@@ -15,6 +15,7 @@ local sentinel = require("relay.redis_sentinel")
 local _M = {}
 
 _M.null = core.null
+_M.stream_batch = core.stream_batch  -- a first command word: the reply of a stream read as a batch
 
 local CONNECT_TIMEOUT_S = 5
 local OUTAGE = "redis"  -- the log.failing name of an outage

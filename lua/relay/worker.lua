@@ -237,10 +237,10 @@ end
 
 
 --- What classify needs for one batch. Its entries came in one reply, so
--- time-relative patterns see them all at the moment it was handled: one
--- clock read per batch, not one per entry.
-function Worker:classifier(trusted)
-    local now = clock.now_ms()
+-- time-relative patterns see them all at the moment it was handled (now,
+-- default the clock's): one clock read per batch, not one per entry.
+function Worker:classifier(trusted, now)
+    now = now or clock.now_ms()
     return {
         matcher = self.registry.matcher, labels = self.registry.labels, max_bytes = self.cfg.max_event_bytes,
         now_ms = function() return now end, validate = matcher_core.validate_object, trusted = trusted,
@@ -353,7 +353,19 @@ end
 -- waits: a crash after that is not theirs.
 function Worker:handle_batch(entries, first)
     local largest = self:count_read(entries)
-    local classifier = self:classifier(self:trusted_ids(entries))
+    local msgs, unmatched = self:classify_entries(entries)
+    if first then
+        self.read_count = self:next_read_count(largest, unmatched == #entries and next(self.inflight) == nil)
+    else
+        self:lift_fence(entries)
+    end
+    self:act(msgs, first)
+end
+
+
+--- The messages of the entries not in flight, and how many are unmatched.
+function Worker:classify_entries(entries, now)
+    local classifier = self:classifier(self:trusted_ids(entries), now)
     local msgs, unmatched = {}, 0
     for _, entry in ipairs(entries) do
         if not self.inflight[entry[1]] then
@@ -362,12 +374,51 @@ function Worker:handle_batch(entries, first)
             unmatched = unmatched + (msg.kind == "unmatched" and 1 or 0)
         end
     end
-    if first then
-        self.read_count = self:next_read_count(largest, unmatched == #entries and next(self.inflight) == nil)
-    else
-        self:lift_fence(entries)
+    return msgs, unmatched
+end
+
+
+--- A read of new entries: a stream batch (relay.core.redis), taken by
+-- Worker:handle_stream_batch unless the Lua path must see every entry: a
+-- recreated group (a ">" read may bring entries in flight, whose
+-- settlement goes through the script), an on_event hook, a test build's
+-- crash marker. A reply of another shape is handled as a list of entries.
+function Worker:handle_new(reply)
+    if type(reply) == "table" then
+        local entries = reply[1][2]
+        self.last_read = entries[#entries][1]
+        return self:handle_batch(entries, true)
     end
-    self:act(msgs, first)
+    self.last_read = reply:last_id()
+    if self.group_recreated or classify.TEST_CRASH or self.report.event_hook() then
+        return self:handle_batch(reply:entries(), true)
+    end
+    self:handle_stream_batch(reply)
+end
+
+
+--- The entries holding just an event are matched in C, and the unmatched
+-- ones counted at once and acknowledged by one XACK of ids taken from the
+-- reply: no Lua value per entry on the unmatched path. The other entries
+-- are classified and acted on here as always.
+function Worker:handle_stream_batch(batch)
+    local now = clock.now_ms()
+    local unmatched, largest, bytes, rest = batch:match(self.registry.matcher, self.cfg.max_event_bytes, now,
+        classify.OBJECT_BYTES, self.limits.entry)
+    self.read_bytes = self.read_bytes + bytes
+    for i, index in ipairs(rest) do
+        rest[i] = batch:entry(index)
+    end
+    local msgs, more = self:classify_entries(rest, now)
+    self.read_count = self:next_read_count(largest,
+        unmatched + more == batch:count() and next(self.inflight) == nil)
+    self:act(msgs, true)
+    if unmatched == 0 then
+        batch:free()
+        return
+    end
+    self.report.events("unmatched", unmatched)
+    self:settle_in_background(function() self:ack_batch(batch) end)
 end
 
 
@@ -392,7 +443,7 @@ function Worker:act(msgs, first)
         end
     end
     if #unmatched > 0 then
-        self:settle_in_background(unmatched, by_id, first)
+        self:settle_in_background(function() self:settle_unmatched(unmatched, by_id, first) end)
     end
 end
 
@@ -420,15 +471,13 @@ function Worker:lift_fence(entries)
 end
 
 
---- Settles a batch's unmatched entries in a task of its own, waiting first
--- while SETTLERS batches are being settled.
-function Worker:settle_in_background(unmatched, by_id, first)
+--- Settles a batch's unmatched entries (settle()) in a task of its own,
+-- waiting first while SETTLERS batches are being settled.
+function Worker:settle_in_background(settle)
     self.settlers.acquire()
     self.busy = self.busy + 1
     loop.spawn(function()
-        local ok, err = xpcall(function()
-            self:settle_unmatched(unmatched, by_id, first)
-        end, debug.traceback)
+        local ok, err = xpcall(settle, debug.traceback)
         self.busy = self.busy - 1
         self.settlers.release()
         if not ok then
@@ -464,12 +513,25 @@ function Worker:settle_unmatched(ids, by_id, first)
 end
 
 
---- One XREADGROUP of new entries, blocking on the reader connection. Its
--- reply is capped (read_limits): one too large fails with TOO_LARGE.
+--- Acknowledges a stream batch's unmatched entries: first deliveries of a
+-- group this process did not recreate (Worker:handle_new), so one plain
+-- XACK does; the batch stands for their ids.
+function Worker:ack_batch(batch)
+    local acked, err = self.client:call("XACK", self.cfg.stream, self.cfg.group, batch)
+    batch:free()
+    if acked == nil then
+        log.failing("settle", "cannot acknowledge unmatched messages; they stay pending", { error = err })
+    end
+end
+
+
+--- One XREADGROUP of new entries, blocking on the reader connection, as a
+-- stream batch (Worker:handle_new). Its reply is capped (read_limits): one
+-- too large fails with TOO_LARGE.
 function Worker:read()
     local c, cfg = self.constants, self.cfg
-    return self.reader:call_timeout(c.read_block_ms / 1000 + 5, "XREADGROUP", "GROUP", cfg.group, cfg.consumer,
-        "COUNT", self.read_count, "BLOCK", c.read_block_ms, "STREAMS", cfg.stream, ">")
+    return self.reader:call_timeout(c.read_block_ms / 1000 + 5, redis.stream_batch, "XREADGROUP", "GROUP",
+        cfg.group, cfg.consumer, "COUNT", self.read_count, "BLOCK", c.read_block_ms, "STREAMS", cfg.stream, ">")
 end
 
 
@@ -593,9 +655,9 @@ function Worker:read_new(delay)
     end
     self:read_succeeded()
     if reply ~= redis.null and not self.shutdown.draining then
-        local entries = reply[1][2]
-        self.last_read = entries[#entries][1]
-        self:handle_batch(entries, true)
+        self:handle_new(reply)
+    elseif type(reply) == "userdata" and reply ~= redis.null then
+        reply:free()  -- draining: its entries stay pending
     end
     return 0.1
 end

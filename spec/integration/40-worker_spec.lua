@@ -6,6 +6,7 @@
 local build = require("relay.core.build")
 local cli = require("helpers.cli")
 local fs = require("relay.fs")
+local http_helper = require("helpers.http")
 local loop = require("relay.core.loop")
 local redis = require("relay.redis")
 local runtime = require("relay.runtime")
@@ -156,6 +157,28 @@ maybe("relay run", function()
         end
         assert.are.equal(1, #d:runs("start"))
         assert.are.same({}, w:dlq())
+    end)
+
+    it("settles a first read mixing unmatched, matched and malformed entries, counting each outcome", function()
+        -- published before the start: one read brings them all (a stream batch, src/lua_stream_batch.c)
+        local unmatched = { w:publish('{"t":"nobody"}'), w:xadd("event", '{"t":"x"}', "extra", "1"),
+            w:publish("{}") }
+        local ok_id = w:publish('{"t":"ok"}')
+        local bad_id = w:publish("not json")
+        local port = http_helper.free_port()
+        local d = w:started("c1", { RELAY_METRICS_ADDR = "127.0.0.1:" .. port })
+        d:wait_until(function() return w:inv(ok_id)["~retained"] end, 15, "the ok message retained")
+        d:wait_until(function() return #w:dlq() == 1 and w:pending() == 0 end, 5, "PEL empty, one dead letter")
+        for _, id in ipairs(unmatched) do
+            assert.are.same({}, w:inv(id))
+        end
+        assert.are.equal(1, #d:runs("start"))
+        assert.are.equal(bad_id, w:dlq()[1].fields.original_id)
+        assert.matches("^invalid JSON", w:dlq()[1].fields.reason)
+        local _, _, body = http_helper.get(port, "/metrics")
+        assert.are.equal(3, http_helper.sample(body, 'relay_events_total{outcome="unmatched"}'))
+        assert.are.equal(1, http_helper.sample(body, 'relay_events_total{outcome="matched"}'))
+        assert.are.equal(1, http_helper.sample(body, 'relay_events_total{outcome="malformed"}'))
     end)
 
     it("dead-letters each malformed message once with the documented DLQ fields, then acknowledges it", function()
