@@ -46,6 +46,7 @@ relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err
 {
     size_t groups = m->ngroups, fields = m->nfields, alts = m->nalts;
     uint32_t group;
+    mentry *same;
 
     if (m->nrules >= INT32_MAX) {
         return set_message(err, errlen, "too many rules");
@@ -53,12 +54,23 @@ relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err
     if (mgrow(&m->rules, &m->rules_cap, m->nrules + 1, sizeof(*m->rules)) < 0) {
         return set_message(err, errlen, "out of memory");
     }
+    if ((same = msame_find(m, rule_json, len)) != NULL) {
+        if (msame_follow(m, (uint32_t)m->nrules, same) < 0) {
+            return set_message(err, errlen, "out of memory");
+        }
+        m->rules[m->nrules] = m->rules[same->value];
+        m->compiled = 0;
+        return (int)m->nrules++;
+    }
     if (mrule_parse(m, rule_json, len, &group, err, errlen) < 0) {
         /* Nodes made for the failed rule stay; they only widen tracking. */
         m->ngroups = groups;
         m->nfields = fields;
         m->nalts = alts;
         return -1;
+    }
+    if (msame_record(m, (uint32_t)m->nrules, rule_json, len) < 0) {
+        return set_message(err, errlen, "out of memory");
     }
     m->rules[m->nrules] = group;
     m->compiled = 0;
@@ -356,6 +368,7 @@ collect_hits(relay_match_state *st, uint32_t *ids, size_t ids_cap)
     const relay_matcher *m = st->m;
     size_t c = 0, a = 0, count = 0;
     uint32_t rule;
+    int copies = 0;
 
     if (st->ncand > 1) {
         qsort(st->cands, st->ncand, sizeof(*st->cands), cmp_u32);
@@ -369,10 +382,17 @@ collect_hits(relay_match_state *st, uint32_t *ids, size_t ids_cap)
         if (!meval_rule(st, rule)) {
             continue;
         }
-        if (count < ids_cap) {
-            ids[count] = rule;
+        copies |= m->next_same[rule] != MNONE;
+        for (; rule != MNONE; rule = m->next_same[rule]) {
+            if (count < ids_cap) {
+                ids[count] = rule;
+            }
+            count++;
         }
-        count++;
+    }
+    /* a chain's copies come after later rules' ids */
+    if (copies && count <= ids_cap) {
+        qsort(ids, count, sizeof(*ids), cmp_u32);
     }
     return (int)count;
 }
@@ -434,6 +454,9 @@ relay_matcher_free(relay_matcher *m)
     free(m->rules);
     free(m->postings);
     free(m->always);
+    mtable_free(&m->texts);
+    free(m->same_as);
+    free(m->next_same);
     relay_match_state_free(m->own);
     free(m);
 }

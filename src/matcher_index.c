@@ -186,16 +186,23 @@ choose_anchors(const relay_matcher *m, uint32_t *anchors)
     for (r = 0; r < m->nrules; r++) {
         anchor_options o = {MNONE, 0};
 
+        if (msame_is_copy(m, r)) {
+            anchors[r] = MNONE;
+            continue;
+        }
         each_anchorable(m, m->rules[r], note_option, &o);
         anchors[r] = o.first;
         choices |= o.count > 1;
     }
     for (r = 0; choices && r < m->nrules && rc == 0; r++) {
-        rc = each_anchorable(m, m->rules[r], count_field, &counts);
+        rc = msame_is_copy(m, r) ? 0 : each_anchorable(m, m->rules[r], count_field, &counts);
     }
     for (r = 0; choices && r < m->nrules && rc == 0; r++) {
         anchor_choice c = {&counts, MNONE, 1e300};
 
+        if (msame_is_copy(m, r)) {
+            continue;
+        }
         each_anchorable(m, m->rules[r], weigh_field, &c);
         anchors[r] = c.field;
     }
@@ -311,6 +318,9 @@ index_pass(relay_matcher *m, uint32_t *anchors, int fill)
     for (r = 0; r < m->nrules; r++) {
         const mfield *f;
 
+        if (msame_is_copy(m, r)) {
+            continue; /* reported with the rule it copies */
+        }
         if (anchors[r] == MNONE) {
             if (fill) {
                 m->always[m->nalways++] = r;

@@ -175,6 +175,10 @@ struct relay_matcher {
     mtable index; /* (node, tag, literal) -> postings */
     uint32_t *postings;
     size_t npostings, postings_cap;
+    mtable texts;        /* rule text -> its first rule (value), its chain's last (count) */
+    uint32_t *same_as;   /* per rule: the earlier rule of the same text, or MNONE */
+    uint32_t *next_same; /* per rule: the next rule of the same text, or MNONE */
+    size_t same_cap;
     uint32_t *always; /* rules without an indexable anchor, ascending */
     size_t nalways;
     int compiled;
@@ -207,6 +211,18 @@ uint64_t mindex_hash(uint32_t node, uint32_t tag, const char *key, size_t len);
 /* matcher_rule.c */
 int mrule_parse(relay_matcher *m, const char *json, size_t len, uint32_t *group, char *err, size_t errlen);
 uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, size_t len);
+
+/* matcher_same.c */
+mentry *msame_find(const relay_matcher *m, const char *text, size_t len);
+int msame_follow(relay_matcher *m, uint32_t rule, mentry *e);
+int msame_record(relay_matcher *m, uint32_t rule, const char *text, size_t len);
+
+/* Whether the rule follows an identical earlier one (not indexed itself). */
+static inline int
+msame_is_copy(const relay_matcher *m, uint32_t rule)
+{
+    return m->same_as[rule] != MNONE;
+}
 
 /* matcher_index.c */
 int mindex_build(relay_matcher *m);

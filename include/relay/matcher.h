@@ -92,9 +92,10 @@ int relay_matcher_compile(relay_matcher *m, char *err, size_t errlen);
 /* Number of rules added. */
 size_t relay_matcher_count(const relay_matcher *m);
 
-/* Match one event. Returns the number of matching rules, writing the first
- * min(count, ids_cap) ids in ascending order to ids; when the return value
- * exceeds ids_cap, call again with a larger buffer. Returns -1 when the event
+/* Match one event. Returns the number of matching rules, writing their ids
+ * in ascending order to ids when they fit (count <= ids_cap); when the return
+ * value exceeds ids_cap, ids holds some of them: call again with a larger
+ * buffer. Rules of identical text are evaluated once. Returns -1 when the event
  * is malformed (or memory ran out), with the reason in `reason`.
  * max_bytes: RELAY_MAX_EVENT_BYTES, checked before any scanning.
  * now_ms: wall-clock milliseconds since the Unix epoch, for temporal rules. */

@@ -257,7 +257,7 @@ test_combinations(void)
     CHECK_STR(ids_of(m, "{\"a\":\"x\",\"b\":1,\"a\":\"z\"}"), "2");
     CHECK_STR(ids_of(m, "{\"a\":\"z\",\"b\":1,\"a\":\"y\"}"), "0,2");
     CHECK_STR(ids_of(m, "{\"p\":{\"q\":true},\"p\":{\"q\":false},\"c\":1}"), "");
-    /* a small ids buffer: total count, first ids written */
+    /* a small ids buffer: the total count (ids written: without copies, the first) */
     CHECK(relay_matcher_match(m, e, strlen(e), MAX, NOW, ids, 2, reason, sizeof(reason)) == 4);
     CHECK(ids[0] == 0 && ids[1] == 1);
     CHECK_STR(ids_of(m, "{\"a\":"), "!invalid JSON at byte 5: expected a value");
@@ -265,6 +265,32 @@ test_combinations(void)
     CHECK(relay_matcher_match(m, e, strlen(e), 4, NOW, ids, 2, reason, sizeof(reason)) == -1);
     CHECK_STR(reason, "event too large (15 bytes > 4)");
     CHECK(relay_matcher_count(m) == 5);
+    relay_matcher_free(m);
+}
+
+
+/* Rules of the same text are one evaluation that reports every copy, in
+ * ascending order among the other rules; a copy of a failed rule fails too. */
+static void
+test_identical_rules(void)
+{
+    const char *x = "{\"a\":[{\"eq\":\"x\"}]}", *bad = "{\"a\":[{\"bogus\":1}]}";
+    const char *rules[] = {x, "{\"a\":[{\"prefix\":\"x\"}]}", x, "{\"b\":[{\"exists\":true}]}", x};
+    relay_matcher *m = make(rules, 5);
+    uint32_t ids[2];
+    char reason[64], err[200];
+    const char *e = "{\"a\":\"x\",\"b\":1}";
+
+    CHECK_STR(ids_of(m, e), "0,1,2,3,4");
+    CHECK_STR(ids_of(m, "{\"a\":\"xy\"}"), "1");
+    CHECK_STR(ids_of(m, "{\"b\":0}"), "3");
+    CHECK(relay_matcher_match(m, e, strlen(e), MAX, NOW, ids, 2, reason, sizeof(reason)) == 5);
+    CHECK(relay_matcher_add(m, bad, strlen(bad), err, sizeof(err)) == -1);
+    CHECK(relay_matcher_add(m, bad, strlen(bad), err, sizeof(err)) == -1);
+    CHECK(relay_matcher_add(m, x, strlen(x), err, sizeof(err)) == 5);
+    CHECK(relay_matcher_compile(m, err, sizeof(err)) == 0);
+    CHECK_STR(ids_of(m, e), "0,1,2,3,4,5");
+    CHECK(relay_matcher_count(m) == 6);
     relay_matcher_free(m);
 }
 
@@ -600,6 +626,7 @@ main(void)
     test_thresholds();
     test_temporal();
     test_combinations();
+    test_identical_rules();
     test_compile_errors();
     test_many_rules();
     test_number_arrays();
