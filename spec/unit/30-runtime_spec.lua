@@ -186,6 +186,23 @@ end)
 describe("runc driver", function()
     local runc = require("relay.runtime.runc")
 
+    -- A daemon killed while its `runc run` created a container leaves that
+    -- runc going: it writes the container's state after the next start's
+    -- listing, and a sweep that removed it meanwhile would strand the
+    -- container's `runc init` for good. The sweep waits for such a runc
+    -- (any process working with `--root` on its root) to end first.
+    it("sweeps only once no runc works on its root any more", function()
+        if not runc.available() then
+            return pending("runc not installed")
+        end
+        local d = runc.new(ctx())
+        local orphan = assert(require("relay.core.proc").spawn({
+            argv = { "/bin/sh", "-c", "sleep 1; exit 0", "runc", "--root", d.root, "run", "x" } }))
+        d:sweep()
+        assert.is_true(orphan.done, "the sweep did not wait for the runc working on its root")
+        orphan:wait()
+    end)
+
     it("builds a locked-down OCI config", function()
         local d = runc.new(ctx())
         d.host_binds = { "/usr", "/etc" }

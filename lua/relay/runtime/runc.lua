@@ -50,6 +50,7 @@ local SEARCH_ONLY, PRIVATE, STICKY_TMP = 457, 448, 1023 -- 0711, 0700, 01777
 local OOM_SCORE_ADJ = 500
 local CPU_PERIOD = 100000
 local KILL_DELAY_S = 2
+local ORPHAN_RUNC_WAIT_S = 10
 local HOST_DIRS = { "/usr", "/etc" }
 local HOST_TOP = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
 local MOUNTPOINTS = { "usr", "etc", "proc", "dev", "sys", "app" }
@@ -602,10 +603,40 @@ function D:sweep_dead_invokes()
 end
 
 
+--- Whether a runc process still works on this root: the `runc run` of a
+-- daemon killed while it created a container goes on (it is not the
+-- daemon's child any more) and writes that container's state after any
+-- listing made meanwhile. Swept from under it, the container's `runc init`
+-- would wait forever for a start that never comes.
+local function runc_busy_on(root)
+    local needle = "\0--root\0" .. root .. "\0"
+    for _, e in ipairs(fs.list("/proc") or {}) do
+        local pid = tonumber(e.name)
+        local cmdline = pid and fs.read_file("/proc/" .. pid .. "/cmdline")
+        if cmdline and cmdline:find(needle, 1, true) then
+            return true
+        end
+    end
+    return false
+end
+
+
+--- Waits (bounded) until no orphaned runc works on the root any more: each
+-- ends by itself once its container's relay-init sees its daemon gone.
+local function wait_runc_idle(root)
+    local loop = require("relay.core.loop")
+    local deadline = loop.monotonic() + ORPHAN_RUNC_WAIT_S
+    while runc_busy_on(root) and loop.monotonic() < deadline do
+        loop.sleep(0.05)
+    end
+end
+
+
 --- This consumer's orphans after a crash: containers in our runc root,
 -- bundle dirs, empty cgroup leaves, dead `relay app invoke` roots. Never
 -- another consumer's: each has its own root and cgroup parent.
 function D:sweep()
+    wait_runc_idle(self.root)
     local n = delete_all(self.runc, self.root) + self:sweep_dead_invokes()
     for _, appdir in ipairs(fs.list(self.bundles) or {}) do
         for _, e in ipairs(fs.list(self.bundles .. "/" .. appdir.name) or {}) do
