@@ -198,6 +198,13 @@ describe("runc driver", function()
         local d = runc.new(ctx())
         local orphan = assert(require("relay.core.proc").spawn({
             argv = { "/bin/sh", "-c", "sleep 1; exit 0", "runc", "--root", d.root, "run", "x" } }))
+        -- until its exec, the child still shows our command line
+        local loop = require("relay.core.loop")
+        local deadline = loop.monotonic() + 10
+        while not (fs.read_file("/proc/" .. orphan.pid .. "/cmdline") or ""):find(d.root, 1, true)
+            and loop.monotonic() < deadline do
+            loop.sleep(0.01)
+        end
         d:sweep()
         assert.is_true(orphan.done, "the sweep did not wait for the runc working on its root")
         orphan:wait()
