@@ -24,6 +24,13 @@ _M.KEPT_EVENT_BYTES = 4096
 local CRASH_ON = build.test_constants and os.getenv("RELAY_TEST_CRASH_ON") or nil
 _M.TEST_CRASH = CRASH_ON ~= nil  -- every event must then come through here
 
+
+local function crash_if_marked(event)
+    if CRASH_ON and event and event:find(CRASH_ON, 1, true) then
+        fs.kill(fs.getpid(), 9)
+    end
+end
+
 -- Fields only Relay's own publishers may write (`relay dlq replay`, the
 -- scheduler); on an entry they did not record as trusted, a producer wrote
 -- them, and honouring them would run any handler on the producer's input.
@@ -123,9 +130,7 @@ local function classify_fields(id, flat, m)
     local msg = { id = id }
     local fields = redis.pairs_to_table(flat)
     msg.event = fields.event
-    if CRASH_ON and msg.event and msg.event:find(CRASH_ON, 1, true) then
-        fs.kill(fs.getpid(), 9)
-    end
+    crash_if_marked(msg.event)
     if _M.reserved(flat) and not (m.trusted and m.trusted[id]) then
         msg.kind = m.trusted and "malformed" or "unverified"
         msg.reason = _M.UNTRUSTED
@@ -181,9 +186,7 @@ function _M.classify(entry, m)
     if #flat ~= 2 or flat[1] ~= "event" then
         return classify_fields(id, flat, m)
     end
-    if CRASH_ON and flat[2]:find(CRASH_ON, 1, true) then
-        fs.kill(fs.getpid(), 9)
-    end
+    crash_if_marked(flat[2])
     return match(id, flat[2], m)
 end
 

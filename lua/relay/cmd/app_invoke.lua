@@ -128,7 +128,7 @@ function _M.execute(args)
     local rt = runtime.new({ runtime = cfg.runtime, state_dir = cfg.state_dir, images = cfg.images,
         consumer = cfg.consumer, stream = cfg.stream, group = cfg.group, private = true,
         secrets_dir = cfg.secrets_dir, allowed_mounts = cfg.allowed_mounts })
-    -- runc: pay the kernel's cgroup-attach grace period in a helper while
+    -- runc: pay the kernel's cgroup-attach grace period in a thread while
     -- the bundle is written and runc starts (runc.lua, D.prewarm)
     local drv = rt:driver_for(app)
     if drv and drv.prewarm then

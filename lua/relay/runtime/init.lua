@@ -880,19 +880,28 @@ local function invoke_pid_of(leaf)
 end
 
 
---- Leaves a killed `relay app invoke` of this consumer left in the shared
--- invoke parent. Only a dead invoke's: a live one's leaf may be empty yet
--- (made by runc, its init not in it yet).
-local function sweep_dead_invoke_leaves(parent)
+--- rmdir of the cgroup leaves in dir whose name `pick` accepts (all when
+-- nil): how many went. An rmdir of a cgroup that still has processes
+-- fails, so live leaves stay.
+function _M.rmdir_leaves(dir, pick)
     local n = 0
-    local dir = parent .. "/" .. _M.INVOKE_CGROUP
     for _, e in ipairs(fs.list(dir) or {}) do
-        local pid = e.dir and invoke_pid_of(e.name)
-        if pid and not fs.alive(pid) and fs.rmdir(dir .. "/" .. e.name) then
+        if e.dir and (not pick or pick(e.name)) and fs.rmdir(dir .. "/" .. e.name) then
             n = n + 1
         end
     end
     return n
+end
+
+
+--- Leaves a killed `relay app invoke` of this consumer left in the shared
+-- invoke parent. Only a dead invoke's: a live one's leaf may be empty yet
+-- (made by runc, its init not in it yet).
+local function sweep_dead_invoke_leaves(parent)
+    return _M.rmdir_leaves(parent .. "/" .. _M.INVOKE_CGROUP, function(name)
+        local pid = invoke_pid_of(name)
+        return pid ~= nil and not fs.alive(pid)
+    end)
 end
 
 
@@ -901,14 +910,9 @@ end
 -- live leaves stay).
 function _M.sweep_cgroup_leaves(rt)
     local n = 0
+    local own = rt.prefix .. "-"
     for _, parent in ipairs(_M.cgroup_parents(rt)) do
-        for _, e in ipairs(fs.list(parent) or {}) do
-            if e.dir and e.name:sub(1, #rt.prefix + 1) == rt.prefix .. "-" then
-                if fs.rmdir(parent .. "/" .. e.name) then
-                    n = n + 1
-                end
-            end
-        end
+        n = n + _M.rmdir_leaves(parent, function(name) return name:sub(1, #own) == own end)
         n = n + sweep_dead_invoke_leaves(parent)
     end
     return n

@@ -590,11 +590,7 @@ function D:sweep_dead_invokes()
             fs.rm_rf(base)
             local cg = self.rt.cgroup_parent .. "/" .. e.name
             for _, parent in ipairs(self.rt:cgroup_parents()) do
-                for _, leaf in ipairs(fs.list(parent .. "/" .. e.name) or {}) do
-                    if leaf.dir then
-                        fs.rmdir(parent .. "/" .. e.name .. "/" .. leaf.name)
-                    end
-                end
+                runtime.rmdir_leaves(parent .. "/" .. e.name)
             end
             runtime.remove_cgroup_dirs(cg)
         end
