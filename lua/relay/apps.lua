@@ -70,6 +70,7 @@ _M.DEFAULT_RETRIES = constants.default_retries
 _M.MAX_RETRIES = 20
 _M.DEFAULT_MEMORY = 256 * 1024 * 1024
 _M.MIN_MEMORY = 1024 * 1024
+_M.MIN_CPUS = 0.01
 _M.DEFAULT_PIDS = 64
 _M.MAX_PIDS = 4194304
 _M.MAX_CONCURRENCY = 65535
@@ -519,6 +520,11 @@ local RUNTIME_CHECKS = {
         if node.kind ~= "scalar" or type(v) ~= "number" or v ~= v or v <= 0 or v > 4096 then
             fail(ctx, node, "runtime.cpus must be a number of CPUs greater than 0 (e.g. 1 or 0.5), not %s",
                 yaml.describe(node))
+        end
+        -- Below this the CFS quota would be under the kernel's 1 ms floor: every start would fail.
+        if v < _M.MIN_CPUS then
+            fail(ctx, node, "runtime.cpus must be at least %g (the kernel's smallest quota is 1 ms per 100 ms "
+                .. "period), not %s", _M.MIN_CPUS, node.text)
         end
         rt.cpus = v
     end,

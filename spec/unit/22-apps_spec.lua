@@ -239,6 +239,9 @@ schedules:
         invalid(rt("  pids: 0\n"), PATH .. ":2:9: runtime.pids must be from 1 to 4194304, not 0")
         invalid(rt("  cpus: 0\n"), PATH .. ":2:9: runtime.cpus must be a number of CPUs greater than 0 "
             .. "(e.g. 1 or 0.5), not the number 0")
+        invalid(rt("  cpus: 0.001\n"), PATH .. ":2:9: runtime.cpus must be at least 0.01 (the kernel's "
+            .. "smallest quota is 1 ms per 100 ms period), not 0.001")
+        assert.are.equal(0.01, ok(rt("  cpus: 0.01\n")).runtime.cpus)
         invalid(rt("  init: yes\n"), PATH .. ':2:9: runtime.init must be true or false, not the string "yes"')
         invalid(rt("  command: python3 main.py\n"), PATH .. ":2:12: runtime.command must be a list of "
             .. 'arguments, e.g. [python3, /app/main.py], not the string "python3 main.py"')
