@@ -33,7 +33,7 @@ function _M.connect(addr, connect)
         return nil, node_or_err, kind
     end
     local self = setmetatable({ inner = inner, addr = addr, node = node_or_err, connect = connect,
-        retired_reconnects = 0, looked_at = 0 }, Client)
+        asker = sentinel.asker(addr, connect), retired_reconnects = 0, looked_at = 0 }, Client)
     loop.spawn(function()
         while not self.closed do
             loop.sleep(_M.WATCH_EVERY_S)
@@ -68,7 +68,7 @@ function Client:follow()
     end
     self.looking, self.looked_at = true, loop.monotonic()
     local moved = false
-    local node = sentinel.primary(self.addr, self.connect)
+    local node = self.asker:primary()
     if node and (node.host ~= self.node.host or node.port ~= self.node.port) then
         local fresh = self.connect(sentinel.at(self.addr, node))
         if fresh and sentinel.is_primary(fresh) then
@@ -105,6 +105,7 @@ require("relay.redis_wrapping").install(Client)
 
 function Client:close()
     self.closed = true
+    self.asker:close()
     self.inner:close()
 end
 

@@ -11,24 +11,91 @@ local TRIES = 10  -- discoveries before giving up: a failover takes seconds
 local RETRY_S = 0.5
 
 
---- The primary's { host, port } from the first Sentinel that names it.
--- connect(addr) → client | nil, err (blocking or async: the same call API).
--- @return node | nil, err
-function _M.primary(addr, connect)
+-- The node a Sentinel names for the master, or nil, err.
+local function ask(client, master)
+    local reply, err = client:call("SENTINEL", "get-master-addr-by-name", master)
+    if type(reply) == "table" and reply[1] then
+        return { host = reply[1], port = tonumber(reply[2]) }
+    end
+    return nil, reply == nil and err or ("no primary named " .. master)
+end
+
+
+-- The first Sentinel that names the primary: node, its open client | nil, err.
+local function first_answer(addr, connect)
     local errors = {}
     for _, s in ipairs(addr.sentinels) do
         local client, err = connect({ host = s.host, port = s.port, db = 0 })
         if client then
-            local reply, rerr = client:call("SENTINEL", "get-master-addr-by-name", addr.master)
-            client:close()
-            if type(reply) == "table" and reply[1] then
-                return { host = reply[1], port = tonumber(reply[2]) }
+            local node
+            node, err = ask(client, addr.master)
+            if node then
+                return node, client
             end
-            err = reply == nil and rerr or ("no primary named " .. addr.master)
+            client:close()
         end
         errors[#errors + 1] = s.host .. ":" .. s.port .. ": " .. tostring(err)
     end
     return nil, "no sentinel named the primary " .. addr.master .. " (" .. table.concat(errors, "; ") .. ")"
+end
+
+
+--- The primary's { host, port } from the first Sentinel that names it.
+-- connect(addr) → client | nil, err (blocking or async: the same call API).
+-- @return node | nil, err
+function _M.primary(addr, connect)
+    local node, client_or_err = first_answer(addr, connect)
+    if not node then
+        return nil, client_or_err
+    end
+    client_or_err:close()
+    return node
+end
+
+
+--- For a long-lived watcher: primary() on one kept connection to the
+-- Sentinel that answered last, so asking every few seconds opens no new
+-- connection each time. When that Sentinel fails to answer, the ask goes
+-- round them all again.
+local Asker = {}
+Asker.__index = Asker
+
+function _M.asker(addr, connect)
+    return setmetatable({ addr = addr, connect = connect }, Asker)
+end
+
+
+function Asker:primary()
+    local kept = self.client
+    if kept then
+        local node = ask(kept, self.addr.master)
+        if node then
+            return node
+        end
+        if self.client == kept then -- else close() already closed it
+            kept:close()
+            self.client = nil
+        end
+    end
+    local node, client_or_err = first_answer(self.addr, self.connect)
+    if not node then
+        return nil, client_or_err
+    end
+    if self.closed then -- closed while it asked
+        client_or_err:close()
+    else
+        self.client = client_or_err
+    end
+    return node
+end
+
+
+function Asker:close()
+    self.closed = true
+    if self.client then
+        self.client:close()
+        self.client = nil
+    end
 end
 
 

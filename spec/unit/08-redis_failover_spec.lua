@@ -19,10 +19,17 @@ describe("redis_failover", function()
     -- Sentinels on port 26379 name `primary.port`; every other port is a
     -- server that says it is a primary and answers every command.
     local function fake_world()
-        local world = { primary = { port = 7001 }, asked = 0, closed = {} }
+        local world = { primary = { port = 7001 }, asked = 0, closed = {}, closed_clients = {}, connects = {} }
         function world.connect(addr)
             local client = { port = addr.port }
-            function client.call(_, cmd)
+            world.connects[addr.port] = (world.connects[addr.port] or 0) + 1
+            if addr.port == 26379 then
+                world.last_sentinel = client
+            end
+            function client.call(self, cmd)
+                if self == world.broken then
+                    return nil, "connection lost", "io"
+                end
                 if addr.port == 26379 and cmd == "SENTINEL" then
                     world.asked = world.asked + 1
                     return { "127.0.0.1", tostring(world.primary.port) }
@@ -31,7 +38,10 @@ describe("redis_failover", function()
                 end
                 return "OK"
             end
-            function client.close() world.closed[addr.port] = true end
+            function client.close(self)
+                world.closed[addr.port] = true
+                world.closed_clients[self] = true
+            end
             function client.info() return { reconnects = 0 } end
             return client
         end
@@ -55,5 +65,28 @@ describe("redis_failover", function()
         local asked = world.asked
         loop.sleep(0.1)
         assert.are.equal(asked, world.asked, "the watcher stopped asking once closed")
+    end)
+
+    it("asks the Sentinel on one kept connection, and connects again when it stops answering", function()
+        local world = fake_world()
+        local client = assert(failover.connect(ADDR, world.connect))
+        local first = world.connects[26379]
+        local function wait_for(what, ok)
+            local deadline = loop.monotonic() + 10
+            while not ok() and loop.monotonic() < deadline do
+                loop.sleep(0.01)
+            end
+            assert.is_true(ok(), what)
+        end
+        wait_for("the watcher asked 4 more times", function() return world.asked >= first + 4 end)
+        assert.are.equal(first + 1, world.connects[26379], "one connection for all of the watcher's asks")
+        world.broken = world.last_sentinel
+        wait_for("a new connection after the kept one failed", function() return world.connects[26379] == first + 2 end)
+        local asked = world.asked
+        wait_for("the watcher asks on the new one", function() return world.asked >= asked + 2 end)
+        assert.are.equal(first + 2, world.connects[26379])
+        assert.is_true(world.closed_clients[world.broken], "the failed connection was closed")
+        client:close()
+        assert.is_true(world.closed_clients[world.last_sentinel], "closing the client closes its Sentinel connection")
     end)
 end)
