@@ -146,6 +146,13 @@ end
 -- release gives the slots back as soon as the container is gone.
 local function run_claimed(ctx, msg, inv, claim, release)
     local leave = ctx.slots:enter()
+    if ctx.shutdown.forced then
+        -- A forced stop may already have declared this instance dead:
+        -- nothing starts after it.
+        release()
+        leave()
+        return "pending"
+    end
     local outcome = execute(ctx, msg, inv, claim.attempt, claim.claimed_at)
     release()
     local status, extra

@@ -66,15 +66,29 @@ end
 -- key outlives every lease an instance can have set, and no longer: after
 -- that, every lease says as much. Returns how many could not be declared.
 function Guard:declare_dead(instances)
-    local ttl_ms = apps.MAX_TIMEOUT_MS + self.constants.kill_grace_ms + self.constants.lease_margin_ms
     local failed = 0
     for _, instance in ipairs(instances) do
         if instance ~= self.instance then
-            local ok = self.client:call("SET", self.keys.dead(instance), "1", "PX", ttl_ms)
+            local ok = self.client:call("SET", self.keys.dead(instance), "1", "PX", self:dead_ttl_ms())
             failed = failed + (ok == nil and 1 or 0)
         end
     end
     return failed
+end
+
+
+function Guard:dead_ttl_ms()
+    return apps.MAX_TIMEOUT_MS + self.constants.kill_grace_ms + self.constants.lease_margin_ms
+end
+
+
+--- A forced stop whose killed containers are all gone declares its own
+-- instance dead: nothing of it runs any more, so other replicas charge its
+-- running attempts at once instead of waiting out the leases. Bounded, as
+-- the process is about to exit. @return true when recorded
+function Guard:declare_self_dead(timeout_s)
+    return self.client:call_timeout(timeout_s, "SET", self.keys.dead(self.instance), "1", "PX",
+        self:dead_ttl_ms()) ~= nil
 end
 
 

@@ -51,6 +51,7 @@ local READ_FAILURE = "stream read"  -- log.failing names
 local PROCESS_FAILURE = "message processing"
 local RECLAIM_FAILURE, FENCE_FAILURE, TRIMMED_FAILURE = "reclaim sweep", "crash fence", "trimmed check"
 local SETTLERS = 2  -- batches of unmatched entries being acknowledged while the next read runs
+local KILL_RECORD_TIMEOUT_S = 0.5  -- a forced stop records its death this long at most
 local MiB = 1024 * 1024
 -- What the daemon holds of events, whatever arrives (docs/operations.md).
 -- One task does every read, one at a time, and a reply is capped at
@@ -895,7 +896,16 @@ end
 -- kill hooks, KILL) and gives it a moment; their state stays for recovery.
 function Worker:kill_containers()
     if self.slots:terminate_all() then
-        loop.sleep(self.constants.kill_grace_ms / 1000 + 0.5)
+        local deadline = loop.monotonic() + self.constants.kill_grace_ms / 1000 + 0.5
+        while self.slots.running > 0 and loop.monotonic() < deadline do
+            loop.sleep(0.02)
+        end
+    end
+    -- Only once every killed container is confirmed gone: one still running
+    -- must keep its lease.
+    if self.slots.running == 0 and self.guard:declare_self_dead(KILL_RECORD_TIMEOUT_S) then
+        log.info("declared this instance dead: its running attempts are charged at once",
+            { instance = self.instance })
     end
 end
 

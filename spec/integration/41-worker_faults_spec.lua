@@ -374,6 +374,11 @@ maybe("relay run faults #compressed", function()
             assert.is_truthy(w:pending_entries()[id])
         end
         assert.are.same({}, w:dlq())
+        -- its killed containers were gone before it exited: it declared
+        -- itself dead, so other replicas need not wait out the leases
+        local instance = w:inv(ids[1])["wa/sleep"]:match("^running:1:(.+)%.%d+:%d+$")
+        assert.is_true(w:pttl("relay:events:dead:" .. instance) > 0, "the forced stop declared its instance dead")
+        assert.are.equal(1, d:count("declared this instance dead"))
     end)
 
     it("waits out a Redis outage: running handlers' results are recorded after it (R6)", function()
