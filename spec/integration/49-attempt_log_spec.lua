@@ -232,12 +232,12 @@ maybe("attempt outcomes in the JSON log #compressed", scenario("json"))
 
 maybe_any_build("a container the host cannot start", function()
     it("is logged with the runtime's own reason, uncharged", function()
-        -- a CPU quota below the kernel's minimum (1 ms per 100 ms period):
-        -- the template is valid, runc's write of the quota fails
+        -- a memory limit below what runc's own init already uses when runc
+        -- applies the limit: the template is valid, runc's write of it fails
         local apps = daemon_helper.tmpdir("apps")
         assert(fs.mkdir(apps .. "/hf", 493))
         assert(fs.write_file(apps .. "/hf/template.yaml", "runtime:\n  image: host\n  command: [/bin/true]\n"
-            .. "  cpus: 0.001\nevents:\n  - handler: h\n    pattern: {t: [hf]}\n"))
+            .. "  memory: 1Mi\nevents:\n  - handler: h\n    pattern: {t: [hf]}\n"))
         local w = world.new({ apps = apps })
         local ok, err = pcall(function()
             local d = w:daemon("hostfail")
@@ -250,7 +250,7 @@ maybe_any_build("a container the host cannot start", function()
             assert.are.equal("warn", r.level)
             assert.are.same({ "hf", "h", id }, { r.fields.app, r.fields.handler, r.fields.message_id })
             assert.matches("runc", r.fields.reason)
-            assert.matches("invalid argument", r.fields.reason)
+            assert.matches("memory limit", r.fields.reason)
             assert.are.equal(0, #outcome_records(d, "text", id))  -- not an attempt
             d:stop("TERM")
         end)
