@@ -31,6 +31,7 @@ int luaopen_relay_core_udp(lua_State *L);
 int luaopen_relay_core_seccomp(lua_State *L);
 int luaopen_relay_core_safefs(lua_State *L);
 int luaopen_relay_core_notify(lua_State *L);
+int luaopen_relay_core_heap(lua_State *L);
 /* relay.core.bytecode, and its loader first in package.loaders (lua_bytecode.c) */
 void relay_bytecode_install(lua_State *L);
 
@@ -47,6 +48,8 @@ static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.seccomp", luaopen_relay_core_seccomp},
     {"relay.core.safefs", luaopen_relay_core_safefs},
     {"relay.core.notify", luaopen_relay_core_notify},
+    /* for short-lived bulk commands only (relay match) */
+    {"relay.core.heap", luaopen_relay_core_heap},
     {NULL, NULL},
 };
 
