@@ -69,7 +69,13 @@ _M.MAX_TIMEOUT_MS = 15 * 60 * 1000
 _M.DEFAULT_RETRIES = constants.default_retries
 _M.MAX_RETRIES = 20
 _M.DEFAULT_MEMORY = 256 * 1024 * 1024
-_M.MIN_MEMORY = 1024 * 1024
+-- Floors below which no start can succeed, so a template asking for less is
+-- refused instead of failing every start as an uncharged host failure:
+-- runc's own set-up is ~2 MiB of the container's memory when runc writes the
+-- limit (1Mi and 2Mi fail there), and under bwrap the limit covers bwrap's two
+-- processes, relay-init and the handler (3 fails).
+_M.MIN_MEMORY = 4 * 1024 * 1024
+_M.MIN_PIDS = 4
 _M.MIN_CPUS = 0.01
 _M.DEFAULT_PIDS = 64
 _M.MAX_PIDS = 4194304
@@ -508,12 +514,13 @@ local RUNTIME_CHECKS = {
             fail(ctx, node, "runtime.memory: %s", err)
         end
         if bytes < _M.MIN_MEMORY then
-            fail(ctx, node, "runtime.memory must be at least 1Mi, not %s", node.text)
+            fail(ctx, node, "runtime.memory must be at least 4Mi (the container runtime's own set-up "
+                .. "already takes about 2 MiB of it), not %s", node.text)
         end
         rt.memory = bytes
     end,
     pids = function(ctx, node, rt)
-        rt.pids = expect_int(ctx, node, "runtime.pids", 1, _M.MAX_PIDS)
+        rt.pids = expect_int(ctx, node, "runtime.pids", _M.MIN_PIDS, _M.MAX_PIDS)
     end,
     cpus = function(ctx, node, rt)
         local v = node.value

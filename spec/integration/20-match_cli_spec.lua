@@ -391,7 +391,7 @@ describe("relay app validate", function()
         assert(fs.write_file(template, "runtime:\n  command: [run]\n  pids: 0\nconcurrency: x\n"))
         local code, out, err = relay({ "app", "validate", dir .. "/two" })
         assert.are.same({ 1, "" }, { code, out })
-        assert.are.equal("relay: " .. template .. ":3:9: runtime.pids must be from 1 to 4194304, not 0\n"
+        assert.are.equal("relay: " .. template .. ":3:9: runtime.pids must be from 4 to 4194304, not 0\n"
             .. "relay: " .. template .. ":4:14: concurrency must be a whole number from 1 to 65535, "
             .. 'not the string "x"\n',
             err)

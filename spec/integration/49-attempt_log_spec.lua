@@ -232,12 +232,17 @@ maybe("attempt outcomes in the JSON log #compressed", scenario("json"))
 
 maybe_any_build("a container the host cannot start", function()
     it("is logged with the runtime's own reason, uncharged", function()
-        -- a memory limit below what runc's own init already uses when runc
-        -- applies the limit: the template is valid, runc's write of it fails
+        -- an image whose /proc is a file: the template is valid (its program is
+        -- there), runc refuses to mount proc on it
         local apps = daemon_helper.tmpdir("apps")
-        assert(fs.mkdir(apps .. "/hf", 493))
-        assert(fs.write_file(apps .. "/hf/template.yaml", "runtime:\n  image: host\n  command: [/bin/true]\n"
-            .. "  memory: 1Mi\nevents:\n  - handler: h\n    pattern: {t: [hf]}\n"))
+        for _, dir in ipairs({ "/hf", "/hf/img", "/hf/img/bin" }) do
+            assert(fs.mkdir(apps .. dir, 493))
+        end
+        assert(fs.write_file(apps .. "/hf/img/bin/true", "#!/bin/sh\n"))
+        assert(fs.chmod(apps .. "/hf/img/bin/true", 493))
+        assert(fs.write_file(apps .. "/hf/img/proc", ""))
+        assert(fs.write_file(apps .. "/hf/template.yaml", "runtime:\n  image: img\n  command: [/bin/true]\n"
+            .. "events:\n  - handler: h\n    pattern: {t: [hf]}\n"))
         local w = world.new({ apps = apps })
         local ok, err = pcall(function()
             local d = w:daemon("hostfail")
@@ -250,7 +255,7 @@ maybe_any_build("a container the host cannot start", function()
             assert.are.equal("warn", r.level)
             assert.are.same({ "hf", "h", id }, { r.fields.app, r.fields.handler, r.fields.message_id })
             assert.matches("runc", r.fields.reason)
-            assert.matches("memory limit", r.fields.reason)
+            assert.matches('mounting "proc"', r.fields.reason, 1, true)
             assert.are.equal(0, #outcome_records(d, "text", id))  -- not an attempt
             d:stop("TERM")
         end)

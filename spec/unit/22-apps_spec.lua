@@ -235,8 +235,14 @@ schedules:
         invalid(rt("  network: bridge\n"), PATH .. ':2:12: runtime.network must be none or host, not "bridge"')
         invalid(rt("  memory: 256M\n"), PATH .. ':2:11: runtime.memory: "256M": unknown size unit "M" '
             .. "(Ki, Mi, Gi, Ti, or plain bytes)")
-        invalid(rt("  memory: 1000\n"), PATH .. ":2:11: runtime.memory must be at least 1Mi, not 1000")
-        invalid(rt("  pids: 0\n"), PATH .. ":2:9: runtime.pids must be from 1 to 4194304, not 0")
+        invalid(rt("  memory: 1000\n"), PATH .. ":2:11: runtime.memory must be at least 4Mi (the container "
+            .. "runtime's own set-up already takes about 2 MiB of it), not 1000")
+        invalid(rt("  memory: 3Mi\n"), PATH .. ":2:11: runtime.memory must be at least 4Mi (the container "
+            .. "runtime's own set-up already takes about 2 MiB of it), not 3Mi")
+        assert.are.equal(4194304, ok(rt("  memory: 4Mi\n")).runtime.memory)
+        invalid(rt("  pids: 0\n"), PATH .. ":2:9: runtime.pids must be from 4 to 4194304, not 0")
+        invalid(rt("  pids: 3\n"), PATH .. ":2:9: runtime.pids must be from 4 to 4194304, not 3")
+        assert.are.equal(4, ok(rt("  pids: 4\n")).runtime.pids)
         invalid(rt("  cpus: 0\n"), PATH .. ":2:9: runtime.cpus must be a number of CPUs greater than 0 "
             .. "(e.g. 1 or 0.5), not the number 0")
         invalid(rt("  cpus: 0.001\n"), PATH .. ":2:9: runtime.cpus must be at least 0.01 (the kernel's "
@@ -260,10 +266,10 @@ schedules:
         assert.are.equal(0, ok(with("warm: 0\n")).warm)
         assert.are.equal(3, ok(with("warm: 3\n")).warm)
         assert.is_nil(ok(with("")).warm)
-        local app = ok(rt("  command: [sleep, 5]\n  memory: 1048576\n  cpus: 0.5\n"
+        local app = ok(rt("  command: [sleep, 5]\n  memory: 4194304\n  cpus: 0.5\n"
             .. "  env: {N: 5, PYTHONUNBUFFERED: 0}\n"))
         assert.are.same({ "sleep", "5" }, app.runtime.command)
-        assert.are.equal(1048576, app.runtime.memory)
+        assert.are.equal(4194304, app.runtime.memory)
         assert.are.equal(0.5, app.runtime.cpus)
         assert.are.same({ N = "5", PYTHONUNBUFFERED = "0" }, app.runtime.env)
     end)
