@@ -9,14 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #define DEFAULT_CHUNK (4u << 20)
 #define MAX_BUFFER (1u << 30)
 #define IDS_FIRST 64
-/* scan_mapped: not a regular file, read it instead */
-#define NOT_MAPPED (-2)
+/* scan_regular: not a regular file, stream it instead */
+#define NOT_SPLIT (-2)
 
 typedef struct scan {
     relay_matcher *m;
@@ -162,35 +161,24 @@ buffer_size(const relay_match_scan_opts *opts)
 }
 
 
-/* A regular file is matched where the kernel maps it: no copy, and the
- * threads of relay_match_scan_memory can split it. Returns NOT_MAPPED when
- * `in` is not one (or cannot be mapped: the caller reads it instead), else what the
- * memory scan returned. The rest of the file from the stream's position is
+/* A regular file is split between threads (relay_match_scan_file). Returns
+ * NOT_SPLIT when `in` is not one: the caller streams it instead; else what
+ * that scan returned. The rest of the file from the stream's position is
  * scanned, and the stream is left at its end. */
 static int
-scan_mapped(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
-            relay_match_scan_counts *counts, char *err, size_t errlen)
+scan_regular(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
+             relay_match_scan_counts *counts, char *err, size_t errlen)
 {
     struct stat sb;
     off_t at;
-    void *map;
     int fd = fileno(in), rc;
 
-    /* An empty size is also what /proc files report: read those instead. */
+    /* An empty size is also what /proc files report: stream those instead. */
     if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0 || (at = ftello(in)) < 0
         || at > sb.st_size) {
-        return NOT_MAPPED;
+        return NOT_SPLIT;
     }
-    if (at == sb.st_size) {
-        memset(counts, 0, sizeof(*counts));
-        return 0;
-    }
-    map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        return NOT_MAPPED;
-    }
-    rc = relay_match_scan_memory(m, (const char *)map + at, (size_t)(sb.st_size - at), opts, sink, counts, err, errlen);
-    munmap(map, (size_t)sb.st_size);
+    rc = relay_match_scan_file(m, fd, at, sb.st_size, opts, sink, counts, err, errlen);
     fseeko(in, 0, SEEK_END);
     return rc;
 }
@@ -201,9 +189,9 @@ relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, 
                  relay_match_scan_counts *counts, char *err, size_t errlen)
 {
     scan s;
-    int rc = scan_mapped(m, in, opts, sink, counts, err, errlen);
+    int rc = scan_regular(m, in, opts, sink, counts, err, errlen);
 
-    if (rc != NOT_MAPPED) {
+    if (rc != NOT_SPLIT) {
         return rc;
     }
     rc = 0;

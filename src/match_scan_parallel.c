@@ -1,20 +1,22 @@
 /*
- * match_scan_parallel: the lines of an in-memory text (a mapped file) matched
- * on several threads, reported in line order (include/relay/match_scan.h).
+ * match_scan_parallel: the lines of a regular file matched on several
+ * threads, reported in line order (include/relay/match_scan.h).
  *
- * The text is cut into chunks at line boundaries. Worker threads take the next
- * chunk, match its lines with a relay_match_state of their own (the compiled
- * matcher is shared read-only) and write what the sink must hear into the
- * chunk's record buffer. The calling thread replays the records chunk by
+ * The file is cut into byte ranges; a range's lines are those that start in
+ * it (src/line_reader.c reads them). Worker threads take the next range,
+ * read and match its lines with a buffer and a relay_match_state of their own
+ * (the compiled matcher is shared read-only) and write what the sink must
+ * hear into the chunk's record buffer. The calling thread replays the records chunk by
  * chunk, in order, so the sink's callbacks (which may run Lua) only ever run
  * on the caller's thread and see exactly what a one-line-at-a-time scan would
  * report. At most a window of chunks is in flight, which bounds the memory
  * that records of a huge file can take.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
-#include "relay/map_guard.h"
+#include "relay/line_reader.h"
 #include "relay/match_scan.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -29,23 +31,26 @@
 #define RECORD_MALFORMED UINT32_MAX
 
 /* Why a scan ended early, other than a callback asking it to. */
-enum failure { FAILED_NOT, FAILED_MEMORY, FAILED_SHRANK };
+enum failure { FAILED_NOT, FAILED_MEMORY, FAILED_SHRANK, FAILED_READ };
 
-/* One chunk: its bytes, and once matched, its records: per reported line the
- * words {line within the chunk, n} and then n rule ids, or for a malformed
- * line {line, RECORD_MALFORMED, bytes} and the NUL-terminated reason padded
- * to whole words. */
+/* One chunk: the byte range its lines start in, and once matched, its
+ * records: per reported line the words {line within the chunk, n} and then n
+ * rule ids, or for a malformed line {line, RECORD_MALFORMED, bytes} and the
+ * NUL-terminated reason padded to whole words. */
 typedef struct chunk {
-    const char *text;
+    off_t start;
     size_t len;
     uint32_t *words;
     size_t nwords, cap;
     long long lines, matched;
     int done, oom;
-    int shrank; /* its bytes vanished: the mapped file was truncated */
+    int shrank;     /* the file ended early: it was truncated */
+    int read_errno; /* a read failed */
 } chunk;
 
 typedef struct pool {
+    int fd;
+    off_t first, size; /* the file's bytes the scan covers */
     const relay_matcher *m;
     const relay_match_scan_opts *opts;
     int want_ids; /* the sink takes the ids of matches */
@@ -55,6 +60,7 @@ typedef struct pool {
     size_t consumed; /* chunks replayed so far: the window's start */
     size_t window;
     int quit;
+    int read_errno; /* the failed read's, for the message */
     pthread_mutex_t lock;
     pthread_cond_t taken; /* a chunk was replayed (or the scan stops) */
     pthread_cond_t ready; /* a chunk was matched */
@@ -64,8 +70,10 @@ typedef struct pool {
 typedef struct worker {
     pool *p;
     relay_match_state *st;
+    relay_line_reader reader;
     uint32_t *ids;
     size_t ids_cap;
+    chunk *at; /* the chunk being matched */
     pthread_t thread;
 } worker;
 
@@ -146,37 +154,42 @@ match_line(worker *w, chunk *c, const char *text, size_t len)
 }
 
 
-/* Every line of a chunk; the last one may lack its newline (end of text). */
-static void
-match_chunk(worker *w, chunk *c)
+/* One line of the worker's chunk (line_reader's callback); a line too long
+ * to be held is malformed by its length alone, in the matcher's words. */
+static int
+on_line(void *ctx, const char *text, size_t len)
 {
-    const char *p = c->text, *end = c->text + c->len, *nl;
+    worker *w = ctx;
+    chunk *c = w->at;
+    char reason[128];
 
-    while (p < end && !c->oom) {
-        nl = memchr(p, '\n', (size_t)(end - p));
-        if (nl == NULL) {
-            nl = end;
-        }
-        match_line(w, c, p, (size_t)(nl - p));
-        p = nl + 1;
+    if (text != NULL) {
+        match_line(w, c, text, len);
+    } else {
+        snprintf(reason, sizeof(reason), "event too large (%zu bytes > %zu)", len, w->p->opts->max_bytes);
+        record_malformed(c, (uint32_t)c->lines++, reason);
     }
+    return c->oom;
 }
 
 
-/* match_chunk, with a truncation of the mapped file under it reported in
- * c->shrank instead of killing the process with SIGBUS. */
+/* Every line that starts in the chunk's range. */
 static void
-match_chunk_guarded(worker *w, chunk *c)
+match_chunk(worker *w, chunk *c)
 {
-    sigjmp_buf env;
+    pool *p = w->p;
+    relay_line_range range = {p->fd, p->first, c->start, c->start + (off_t)c->len, p->size, p->opts->max_bytes};
+    int rc;
 
-    if (sigsetjmp(env, 1) == 0) {
-        relay_map_guard_arm(&env, c->text, c->len);
-        match_chunk(w, c);
-    } else {
+    w->at = c;
+    rc = relay_line_reader_run(&w->reader, &range, on_line, w);
+    if (rc == RELAY_LINES_NOMEM) {
+        c->oom = 1;
+    } else if (rc == RELAY_LINES_SHRANK) {
         c->shrank = 1;
+    } else if (rc == RELAY_LINES_ERROR) {
+        c->read_errno = errno ? errno : EIO;
     }
-    relay_map_guard_disarm();
 }
 
 
@@ -208,7 +221,7 @@ work(void *arg)
     size_t i;
 
     while ((i = take_chunk(p)) < p->nchunks) {
-        match_chunk_guarded(w, &p->chunks[i]);
+        match_chunk(w, &p->chunks[i]);
         pthread_mutex_lock(&p->lock);
         p->chunks[i].done = 1;
         pthread_cond_broadcast(&p->ready);
@@ -251,55 +264,19 @@ replay(const chunk *c, const relay_match_scan_sink *sink, relay_match_scan_count
 }
 
 
-/* Fill chunks (room for len / size + 2) with pieces of about `size` bytes
- * of text that end after a newline (the last one at the end of the text);
- * returns how many. */
-static size_t
-cut_at_lines(const char *text, size_t len, size_t size, chunk *chunks)
+/* The scan's bytes cut into ranges of `size` bytes (the last one shorter). */
+static chunk *
+cut_ranges(off_t first, off_t end, size_t size, size_t *n)
 {
-    size_t n = 0, start = 0, end;
-    const char *nl;
+    size_t count = (size_t)((end - first + (off_t)size - 1) / (off_t)size), i;
+    chunk *chunks = calloc(count ? count : 1, sizeof(*chunks));
 
-    while (start < len) {
-        end = len - start > size ? start + size : len;
-        if (end < len && (nl = memchr(text + end - 1, '\n', len - end + 1)) != NULL) {
-            end = (size_t)(nl - text) + 1;
-        } else {
-            end = len;
-        }
-        chunks[n].text = text + start;
-        chunks[n].len = end - start;
-        n++;
-        start = end;
+    for (i = 0; chunks != NULL && i < count; i++) {
+        chunks[i].start = first + (off_t)(i * size);
+        chunks[i].len = (size_t)(end - chunks[i].start) < size ? (size_t)(end - chunks[i].start) : size;
     }
-    return n;
-}
-
-
-/* Cut text into chunks (cut_at_lines). Returns the count, or -1 with
- * *failure set. */
-static long
-cut_chunks(const char *text, size_t len, size_t size, chunk **out, enum failure *failure)
-{
-    chunk *chunks = calloc(len / size + 2, sizeof(*chunks));
-    sigjmp_buf env;
-    size_t n;
-
-    if (chunks == NULL) {
-        *failure = FAILED_MEMORY;
-        return -1;
-    }
-    if (sigsetjmp(env, 1) != 0) {
-        relay_map_guard_disarm();
-        free(chunks);
-        *failure = FAILED_SHRANK;
-        return -1;
-    }
-    relay_map_guard_arm(&env, text, len);
-    n = cut_at_lines(text, len, size, chunks);
-    relay_map_guard_disarm();
-    *out = chunks;
-    return (long)n;
+    *n = count;
+    return chunks;
 }
 
 
@@ -321,6 +298,7 @@ cpu_count(void)
 static int
 worker_init(worker *w, pool *p)
 {
+    memset(w, 0, sizeof(*w));
     w->p = p;
     w->ids_cap = IDS_FIRST;
     w->st = relay_match_state_new();
@@ -333,6 +311,7 @@ static void
 worker_free(worker *w)
 {
     relay_match_state_free(w->st);
+    relay_line_reader_free(&w->reader);
     free(w->ids);
 }
 
@@ -349,8 +328,9 @@ consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_c
         pthread_cond_wait(&p->ready, &p->lock);
     }
     pthread_mutex_unlock(&p->lock);
-    if (c->oom || c->shrank) {
-        *failure = c->oom ? FAILED_MEMORY : FAILED_SHRANK;
+    if (c->oom || c->shrank || c->read_errno) {
+        *failure = c->oom ? FAILED_MEMORY : c->shrank ? FAILED_SHRANK : FAILED_READ;
+        p->read_errno = c->read_errno;
         return 1;
     }
     stop = replay(c, sink, counts);
@@ -373,7 +353,7 @@ run_inline(pool *p, worker *w, const relay_match_scan_sink *sink, relay_match_sc
     int stop = 0;
 
     for (i = 0; i < p->nchunks && !stop; i++) {
-        match_chunk_guarded(w, &p->chunks[i]);
+        match_chunk(w, &p->chunks[i]);
         p->chunks[i].done = 1;
         stop = consume(p, i, sink, counts, failure);
     }
@@ -450,15 +430,26 @@ match_all(pool *p, const relay_match_scan_sink *sink, relay_match_scan_counts *c
 }
 
 
+static void
+failure_message(const pool *p, enum failure failure, char *err, size_t errlen)
+{
+    if (failure == FAILED_MEMORY) {
+        snprintf(err, errlen, "out of memory");
+    } else if (failure == FAILED_SHRANK) {
+        snprintf(err, errlen, "the file changed while it was read (it shrank)");
+    } else {
+        snprintf(err, errlen, "read error: %s", strerror(p->read_errno));
+    }
+}
+
+
 int
-relay_match_scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts,
-                        const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err, size_t errlen)
+relay_match_scan_file(relay_matcher *m, int fd, off_t first, off_t size, const relay_match_scan_opts *opts,
+                      const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err, size_t errlen)
 {
     pool p;
-    relay_map_guard_saved saved;
     enum failure failure = FAILED_NOT;
     size_t i;
-    long nchunks;
     int stop = 0;
 
     memset(counts, 0, sizeof(*counts));
@@ -466,29 +457,30 @@ relay_match_scan_memory(relay_matcher *m, const char *text, size_t len, const re
     if (relay_matcher_compile(m, err, errlen) < 0) {
         return -1;
     }
-    /* Unguarded if SIGBUS cannot be taken over: a truncation then kills. */
-    relay_map_guard_install(&saved);
-    nchunks = cut_chunks(text, len, opts->read_chunk ? opts->read_chunk : DEFAULT_CHUNK, &p.chunks, &failure);
-    if (nchunks >= 0) {
-        p.m = m;
-        p.opts = opts;
-        p.want_ids = sink->on_match != NULL;
-        p.nchunks = (size_t)nchunks;
-        pthread_mutex_init(&p.lock, NULL);
-        pthread_cond_init(&p.taken, NULL);
-        pthread_cond_init(&p.ready, NULL);
-        stop = match_all(&p, sink, counts, &failure);
-        for (i = 0; i < p.nchunks; i++) {
-            free(p.chunks[i].words);
-        }
-        free(p.chunks);
-        pthread_cond_destroy(&p.ready);
-        pthread_cond_destroy(&p.taken);
-        pthread_mutex_destroy(&p.lock);
+    p.chunks = cut_ranges(first, size, opts->read_chunk ? opts->read_chunk : DEFAULT_CHUNK, &p.nchunks);
+    if (p.chunks == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    relay_map_guard_restore(&saved);
+    p.fd = fd;
+    p.first = first;
+    p.size = size;
+    p.m = m;
+    p.opts = opts;
+    p.want_ids = sink->on_match != NULL;
+    pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.taken, NULL);
+    pthread_cond_init(&p.ready, NULL);
+    stop = match_all(&p, sink, counts, &failure);
+    for (i = 0; i < p.nchunks; i++) {
+        free(p.chunks[i].words);
+    }
+    free(p.chunks);
+    pthread_cond_destroy(&p.ready);
+    pthread_cond_destroy(&p.taken);
+    pthread_mutex_destroy(&p.lock);
     if (failure != FAILED_NOT) {
-        snprintf(err, errlen, "%s", failure == FAILED_MEMORY ? "out of memory" : RELAY_MAP_GUARD_MESSAGE);
+        failure_message(&p, failure, err, errlen);
         return -1;
     }
     return stop ? RELAY_MATCH_SCAN_STOPPED : 0;

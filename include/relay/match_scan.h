@@ -4,10 +4,10 @@
  * `relay match --events`. What to do with a match or a malformed line is the
  * caller's (a sink of two callbacks); this unit only reads, splits and matches.
  *
- * Reading is blocking stdio: meant for a one-shot command, never for the
- * daemon's loop. A regular file is mapped into memory instead of read, and its
- * lines are matched on several threads (relay_match_scan_memory); pipes and
- * terminals are read a buffer at a time on the caller's thread. Either way
+ * Reading blocks: meant for a one-shot command, never for the daemon's loop.
+ * A regular file is split into byte ranges that several threads read and
+ * match (relay_match_scan_file); pipes and terminals are read a buffer at a
+ * time on the caller's thread. Either way
  * the sink hears the same calls in the same order, on the caller's thread.
  *
  * Every line is an event, the last one too when no newline ends it. A line the
@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* relay_match_scan's result when a sink callback asked it to stop. */
 #define RELAY_MATCH_SCAN_STOPPED 1
@@ -42,10 +43,10 @@ typedef struct relay_match_scan_opts {
     int64_t now_ms;    /* wall clock for temporal rules, ms since the Unix epoch */
     size_t read_chunk; /* streaming: 0 for 4 MiB; the read buffer holds
                         * max(max_bytes + 1, read_chunk) bytes, at most 1 GiB.
-                        * In memory: the size of the chunks the threads take,
-                        * 0 for 1 MiB */
-    int threads;       /* in memory: matching threads, 0 for one per CPU this
-                        * process may use; 1 matches on the caller's thread */
+                        * A regular file: the size of the byte ranges the
+                        * threads take, 0 for 1 MiB */
+    int threads;       /* a regular file: matching threads, 0 for one per CPU
+                        * this process may use; 1 matches on the caller's thread */
 } relay_match_scan_opts;
 
 typedef struct relay_match_scan_counts {
@@ -63,14 +64,14 @@ int relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *op
                      relay_match_scan_counts *counts, char *err, size_t errlen);
 
 /*
- * The same over the len bytes at text, matched on opts->threads threads (0:
- * one per CPU), each with its own relay_match_state over the shared matcher,
- * compiled first. The sink's callbacks run on the calling thread only, in
- * line order. Lines longer than max_bytes are reported by the matcher
- * ("event too large ..."), as any other malformed line.
+ * The same over the bytes [first, size) of the regular file fd (size: its
+ * size when the scan began), read with pread and matched on opts->threads
+ * threads (0: one per CPU), each with its own relay_match_state over the
+ * shared matcher, compiled first. The sink's callbacks run on the calling
+ * thread only, in line order. A file that ends before `size` while it is
+ * read is an error: "the file changed while it was read (it shrank)".
  */
-int relay_match_scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts,
-                            const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err,
-                            size_t errlen);
+int relay_match_scan_file(relay_matcher *m, int fd, off_t first, off_t size, const relay_match_scan_opts *opts,
+                          const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err, size_t errlen);
 
 #endif

@@ -245,10 +245,11 @@ describe("relay match --events (bulk)", function()
         assert.matches("missing.jsonl", err)
     end)
 
-    -- The file is mapped, so a file cut short while it is read would kill the process with
-    -- SIGBUS. One CPU (taskset) makes the scan match a chunk, then print its matches, then
-    -- match the next: relay blocks printing the first chunk's matches into the pipe, the file
-    -- is emptied while it waits, and the next chunk's pages are gone.
+    -- A file cut short while it is read must end the command with a message, not a crash
+    -- (through a mapping it was a SIGBUS). One CPU (taskset) makes the scan match a chunk,
+    -- then print its matches, then match the next: relay blocks printing the first chunk's
+    -- matches into the pipe, the file is emptied while it waits, and the next chunk's bytes
+    -- are gone.
     it("exits 2 naming the file when the file shrinks while it is read", function()
         local dir = tmp.mkdtemp("relay-match-")
         local path = dir .. "/events.jsonl"
@@ -322,7 +323,7 @@ describe("m:scan (the binding under relay match --events)", function()
         assert.is_true(batches >= 3) -- 1999 pairs: two full batches of 1024 or fewer
     end)
 
-    it("returns an error, not a crash, when the mapped file shrinks during the scan", function()
+    it("returns an error, not a crash, when the file shrinks during the scan", function()
         local path = os.tmpname()
         local f = assert(io.open(path, "wb"))
         f:write(string.rep('{"a":0}\n', 400000)) -- 3.2 MB: four 1 MiB chunks

@@ -2,15 +2,18 @@
  * line, then the events, one per line. The read buffer is tiny (128 bytes, events
  * up to 64), so long lines and lines across reads are common. Every line must be
  * reported exactly once, in order, as matched, unmatched or malformed; ids come
- * ascending; the counts agree with what the sink saw. The same events matched in
- * memory on two threads, in chunks of 16 bytes (relay_match_scan_memory), must
- * give the sink exactly the same calls. */
+ * ascending; the counts agree with what the sink saw. The same events in a
+ * regular file (a memfd) matched on two threads in ranges of 16 bytes
+ * (relay_match_scan_file) must give the sink exactly the same calls. */
+#define _GNU_SOURCE /* memfd_create */
 #include "relay/match_scan.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -72,6 +75,22 @@ on_malformed(void *ctx, long long line, const char *reason)
 }
 
 
+/* The events in the one regular file this process keeps for them. */
+static int
+events_file(const char *events, size_t len)
+{
+    static int fd = -1;
+
+    if (fd < 0 && (fd = memfd_create("fuzz_match_scan", 0)) < 0) {
+        abort();
+    }
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, events, len, 0) != (ssize_t)len) {
+        abort();
+    }
+    return fd;
+}
+
+
 /* Lines in the events: newlines, plus one for a last line without its own. */
 static long long
 count_lines(const char *p, size_t len)
@@ -91,10 +110,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *nl = memchr(p, '\n', size);
     relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128, 0};
-    relay_match_scan_opts in_memory = {64, INT64_C(1767225600000), 16, 2};
+    relay_match_scan_opts split = {64, INT64_C(1767225600000), 16, 2};
     seen s = {0, 0, 0, 0}, t = {0, 0, 0, 0};
-    relay_match_scan_sink sink = {on_match, on_malformed, &s}, memory_sink = {on_match, on_malformed, &t};
-    relay_match_scan_counts counts, memory_counts;
+    relay_match_scan_sink sink = {on_match, on_malformed, &s}, split_sink = {on_match, on_malformed, &t};
+    relay_match_scan_counts counts, split_counts;
     relay_matcher *m;
     size_t rule_len = nl != NULL ? (size_t)(nl - p) : size;
     size_t events_len = nl != NULL ? size - rule_len - 1 : 0;
@@ -115,9 +134,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         fclose(in);
-        if (relay_match_scan_memory(m, nl + 1, events_len, &in_memory, &memory_sink, &memory_counts, err, sizeof(err))
+        if (relay_match_scan_file(m, events_file(nl + 1, events_len), 0, (off_t)events_len, &split, &split_sink,
+                                  &split_counts, err, sizeof(err))
                 != 0
-            || memory_counts.total != counts.total || memory_counts.matched != counts.matched || t.digest != s.digest
+            || split_counts.total != counts.total || split_counts.matched != counts.matched || t.digest != s.digest
             || t.malformed != s.malformed) {
             abort();
         }

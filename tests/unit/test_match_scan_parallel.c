@@ -1,13 +1,15 @@
-/* Unit test of relay_match_scan_memory (include/relay/match_scan.h): on any
- * number of threads and any chunk size, the sink hears exactly what the
+/* Unit test of relay_match_scan_file (include/relay/match_scan.h): on any
+ * number of threads and any range size, the sink hears exactly what the
  * streaming scan reports for the same text, in the same order, on the
- * calling thread; a mapped regular file goes through it too. */
+ * calling thread, long lines included; relay_match_scan takes that path for
+ * a regular file. */
 #include "check.h"
 #include "relay/match_scan.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NOW INT64_C(1767225600000)
 
@@ -123,15 +125,34 @@ scan_stream(relay_matcher *m, const char *text, size_t len, const relay_match_sc
 }
 
 
+/* The text in a regular file, scanned by relay_match_scan_file. */
 static int
-scan_memory(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts, transcript *t,
-            relay_match_scan_counts *counts)
+scan_file(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts,
+          const relay_match_scan_sink *sink, relay_match_scan_counts *counts)
+{
+    FILE *f = tmpfile();
+    char err[128];
+    int rc;
+
+    CHECK(f != NULL);
+    if (f == NULL) {
+        return -1;
+    }
+    CHECK(fwrite(text, 1, len, f) == len && fflush(f) == 0);
+    rc = relay_match_scan_file(m, fileno(f), 0, (off_t)len, opts, sink, counts, err, sizeof(err));
+    fclose(f);
+    return rc;
+}
+
+
+static int
+scan_split(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts, transcript *t,
+           relay_match_scan_counts *counts)
 {
     relay_match_scan_sink sink = {on_match, on_malformed, t};
-    char err[128];
 
     t->caller = pthread_self();
-    return relay_match_scan_memory(m, text, len, opts, &sink, counts, err, sizeof(err));
+    return scan_file(m, text, len, opts, &sink, counts);
 }
 
 
@@ -147,7 +168,7 @@ test_first_scans_on_threads(void)
     size_t len;
     char *text = make_text(64, &len);
 
-    CHECK(scan_memory(m, text, len, &opts, &got, &counts) == 0);
+    CHECK(scan_split(m, text, len, &opts, &got, &counts) == 0);
     CHECK(!got.off_thread);
     CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
     CHECK_STR(got.text, want.text);
@@ -177,7 +198,7 @@ test_same_as_streaming(void)
             memset(&got, 0, sizeof(got));
             opts.threads = threads[i];
             opts.read_chunk = chunks[j];
-            CHECK(scan_memory(m, text, len, &opts, &got, &got_counts) == 0);
+            CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
             CHECK_STR(got.text, want.text);
             CHECK(!got.off_thread);
             CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
@@ -210,7 +231,7 @@ test_stop(void)
         opts.read_chunk = 16;
         CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == RELAY_MATCH_SCAN_STOPPED);
         opts.threads = 2;
-        CHECK(scan_memory(m, text, len, &opts, &got, &got_counts) == RELAY_MATCH_SCAN_STOPPED);
+        CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == RELAY_MATCH_SCAN_STOPPED);
         CHECK_STR(got.text, want.text);
         CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
     }
@@ -227,21 +248,20 @@ test_edges(void)
     relay_matcher *m = make();
     relay_match_scan_opts opts = {1 << 20, NOW, 0, 2};
     relay_match_scan_counts counts;
-    char err[128];
 
-    CHECK(relay_match_scan_memory(m, "", 0, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(scan_file(m, "", 0, &opts, &count_only, &counts) == 0);
     CHECK(counts.total == 0 && counts.matched == 0);
-    CHECK(relay_match_scan_memory(m, "{\"a\":1}\n", 8, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(scan_file(m, "{\"a\":1}\n", 8, &opts, &count_only, &counts) == 0);
     CHECK(counts.total == 1 && counts.matched == 1);
-    CHECK(relay_match_scan_memory(m, "{\"a\":1}\n\n", 9, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(scan_file(m, "{\"a\":1}\n\n", 9, &opts, &count_only, &counts) == 0);
     CHECK(counts.total == 2 && counts.matched == 1);
-    CHECK(relay_match_scan_memory(m, "x", 1, &opts, &count_only, &counts, err, sizeof(err)) == 0);
+    CHECK(scan_file(m, "x", 1, &opts, &count_only, &counts) == 0);
     CHECK(counts.total == 1 && counts.matched == 0);
     relay_matcher_free(m);
 }
 
 
-/* relay_match_scan maps a regular file, from the stream's position on. */
+/* relay_match_scan splits a regular file, from the stream's position on. */
 static void
 test_regular_file(void)
 {
@@ -274,7 +294,7 @@ test_regular_file(void)
 }
 
 
-/* A file that reports no size (as /proc files do) is read, not mapped. */
+/* A file that reports no size (as /proc files do) is streamed, not split. */
 static void
 test_sizeless_file(void)
 {
@@ -296,6 +316,51 @@ test_sizeless_file(void)
 }
 
 
+/* Lines longer than the first read buffer, and than max_bytes: held and
+ * matched when max_bytes allows, else read past and reported by length, as
+ * the streaming scan reports them; the last one without a newline. */
+static void
+test_long_lines(void)
+{
+    static const size_t lengths[] = {300000, 600000, 70000, 400000};
+    static const size_t max_bytes[] = {48, 1 << 20};
+    static const size_t ranges[] = {0, 100000, 4099};
+    static transcript want, got;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {0, NOW, 4096, 0};
+    relay_match_scan_counts want_counts, got_counts;
+    size_t len = 0, i, j, k;
+    char *text = malloc(2 << 20);
+
+    CHECK(text != NULL);
+    for (i = 0; text != NULL && i < sizeof(lengths) / sizeof(*lengths); i++) {
+        len += (size_t)sprintf(text + len, "{\"a\":1}\n{\"%s\":\"", i % 2 ? "b" : "p");
+        memset(text + len, 'x', lengths[i]);
+        len += lengths[i];
+        len += (size_t)sprintf(text + len, "\"}%s", i + 1 < sizeof(lengths) / sizeof(*lengths) ? "\n" : "");
+    }
+    for (i = 0; text != NULL && i < sizeof(max_bytes) / sizeof(*max_bytes); i++) {
+        memset(&want, 0, sizeof(want));
+        opts.max_bytes = max_bytes[i];
+        opts.read_chunk = 4096;
+        CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
+        CHECK(want_counts.total == 8 && want_counts.matched == (i ? 6 : 4));
+        for (j = 1; j <= 2; j++) {
+            for (k = 0; k < sizeof(ranges) / sizeof(*ranges); k++) {
+                memset(&got, 0, sizeof(got));
+                opts.threads = (int)j;
+                opts.read_chunk = ranges[k];
+                CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
+                CHECK_STR(got.text, want.text);
+                CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
+            }
+        }
+    }
+    free(text);
+    relay_matcher_free(m);
+}
+
+
 int
 main(void)
 {
@@ -305,5 +370,6 @@ main(void)
     test_edges();
     test_regular_file();
     test_sizeless_file();
+    test_long_lines();
     CHECK_DONE();
 }

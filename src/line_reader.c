@@ -1,0 +1,195 @@
+/* line_reader: the lines of a file's byte range through pread (include/relay/line_reader.h). */
+#include "relay/line_reader.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The first buffer: about an L2 cache, so that what a read copied is still
+ * there when it is matched. It grows only for a line longer than this. */
+#define FIRST_CAP ((size_t)256 << 10)
+/* Past the range's end only the last line is wanted: read a little at a
+ * time (at least as much again as the line already has). */
+#define MIN_TAIL ((size_t)4 << 10)
+
+/* A run over one range: the buffer holds the file's bytes [at, at + have). */
+typedef struct pass {
+    relay_line_reader *r;
+    const relay_line_range *g;
+    off_t at;
+    size_t have;
+} pass;
+
+
+static int
+grow(relay_line_reader *r, size_t cap)
+{
+    char *buf = realloc(r->buf, cap);
+
+    if (buf == NULL) {
+        return -1;
+    }
+    r->buf = buf;
+    r->cap = cap;
+    return 0;
+}
+
+
+/* Drop the buffer's first `from` bytes, then read up to `want` more after
+ * what is left. Returns the bytes read, 0 at `size`, or a RELAY_LINES_ failure. */
+static long
+refill(pass *s, size_t from, size_t want)
+{
+    relay_line_reader *r = s->r;
+    off_t off;
+    ssize_t n;
+
+    memmove(r->buf, r->buf + from, s->have - from);
+    s->have -= from;
+    s->at += (off_t)from;
+    off = s->at + (off_t)s->have;
+    if (want > r->cap - s->have) {
+        want = r->cap - s->have;
+    }
+    if ((off_t)want > s->g->size - off) {
+        want = (size_t)(s->g->size - off);
+    }
+    if (want == 0) {
+        return 0;
+    }
+    do {
+        n = pread(s->g->fd, r->buf + s->have, want, off);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        return RELAY_LINES_ERROR;
+    }
+    if (n == 0) {
+        return RELAY_LINES_SHRANK;
+    }
+    s->have += (size_t)n;
+    return (long)n;
+}
+
+
+/* The range does not begin the scan: its first line starts after the first
+ * newline at or after start - 1. Sets *i to that line in the buffer;
+ * returns 1 when no line starts in the range, else 0 or a failure. */
+static int
+skip_to_first_line(pass *s, size_t *i)
+{
+    const relay_line_range *g = s->g;
+    const char *nl;
+    long n;
+
+    s->at = g->start - 1;
+    for (;;) {
+        n = refill(s, s->have, (size_t)(g->end - 1 - (s->at + (off_t)s->have)));
+        if (n <= 0) {
+            return n == 0 ? 1 : (int)n;
+        }
+        if ((nl = memchr(s->r->buf, '\n', s->have)) != NULL) {
+            *i = (size_t)(nl - s->r->buf) + 1;
+            return s->at + (off_t)*i >= g->end ? 1 : 0;
+        }
+        if (s->at + (off_t)s->have >= g->end - 1) {
+            return 1;
+        }
+    }
+}
+
+
+/* The line at buf[*i] fills the buffer and is longer than `keep`: read to
+ * its end without keeping it, hand over its length, leave *i after it. */
+static int
+skip_long_line(pass *s, size_t *i, relay_line_fn fn, void *ctx)
+{
+    size_t total = s->have - *i;
+    const char *nl = NULL;
+    long n;
+
+    while ((n = refill(s, s->have, s->r->cap)) > 0) {
+        if ((nl = memchr(s->r->buf, '\n', s->have)) != NULL) {
+            total += (size_t)(nl - s->r->buf);
+            *i = (size_t)(nl - s->r->buf) + 1;
+            break;
+        }
+        total += s->have;
+    }
+    if (n < 0) {
+        return (int)n;
+    }
+    if (nl == NULL) {
+        *i = s->have; /* it ended the file */
+    }
+    return fn(ctx, NULL, total) ? RELAY_LINES_STOPPED : 0;
+}
+
+
+/* More of the line at buf[*i], which has no newline in the buffer yet and
+ * does not end the file: grow the buffer for it, or skip it when too long. */
+static int
+read_on(pass *s, size_t *i, relay_line_fn fn, void *ctx)
+{
+    relay_line_reader *r = s->r;
+    const relay_line_range *g = s->g;
+    size_t tail = s->have - *i, want;
+    off_t next;
+    long n;
+
+    if (tail == r->cap) {
+        if (r->cap > g->keep) {
+            return skip_long_line(s, i, fn, ctx);
+        }
+        if (grow(r, g->keep / 2 >= r->cap ? r->cap * 2 : g->keep + 1) < 0) {
+            return RELAY_LINES_NOMEM;
+        }
+    }
+    next = s->at + (off_t)s->have;
+    want = tail > MIN_TAIL ? tail : MIN_TAIL;
+    if (g->end > next && (size_t)(g->end - next) > want) {
+        want = (size_t)(g->end - next);
+    }
+    n = refill(s, *i, want);
+    *i = 0;
+    return n < 0 ? (int)n : 0;
+}
+
+
+int
+relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_line_fn fn, void *ctx)
+{
+    pass s = {r, g, g->start, 0};
+    size_t i = 0;
+    char *line, *nl;
+    int rc = 0;
+
+    if (r->cap < FIRST_CAP && grow(r, FIRST_CAP) < 0) {
+        return RELAY_LINES_NOMEM;
+    }
+    if (g->start > g->first && (rc = skip_to_first_line(&s, &i)) != 0) {
+        return rc > 0 ? 0 : rc;
+    }
+    while (rc == 0 && s.at + (off_t)i < g->end && s.at + (off_t)i < g->size) {
+        line = r->buf + i;
+        if ((nl = memchr(line, '\n', s.have - i)) != NULL) {
+            rc = fn(ctx, line, (size_t)(nl - line)) ? RELAY_LINES_STOPPED : 0;
+            i = (size_t)(nl - r->buf) + 1;
+        } else if (s.at + (off_t)s.have == g->size && s.have > i) {
+            rc = fn(ctx, line, s.have - i) ? RELAY_LINES_STOPPED : 0; /* the last line, unterminated */
+            i = s.have;
+        } else {
+            rc = read_on(&s, &i, fn, ctx);
+        }
+    }
+    return rc;
+}
+
+
+void
+relay_line_reader_free(relay_line_reader *r)
+{
+    free(r->buf);
+    r->buf = NULL;
+    r->cap = 0;
+}
