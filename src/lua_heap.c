@@ -1,6 +1,7 @@
 /*
  * relay.core.heap: heap set-up for short-lived bulk commands (src/heap_reserve.c).
  */
+#include "lua_boot.h"
 #include "lua_common.h"
 #include "relay/heap_reserve.h"
 
@@ -27,11 +28,26 @@ lua_heap_reserve(lua_State *L)
 }
 
 
+/***
+ * @function heap.leave_at_exit()
+ * The Lua state is not closed when the command returns: the process's end
+ * gives back everything it holds at once (src/lua_boot.h).
+ */
+static int
+lua_heap_leave_at_exit(lua_State *L)
+{
+    (void)L;
+    relay_boot_leave_state_at_exit();
+    return 0;
+}
+
+
 int
 luaopen_relay_core_heap(lua_State *L)
 {
     static const luaL_Reg functions[] = {
         {"reserve", lua_heap_reserve},
+        {"leave_at_exit", lua_heap_leave_at_exit},
         {NULL, NULL},
     };
 
