@@ -148,9 +148,16 @@ end
 function Guard:start_heartbeat()
     self:beat()
     loop.spawn(function()
-        while not (self.released or self.shutdown.forced) do
+        local function stopped()
+            return self.released or self.shutdown.forced
+        end
+        while not stopped() do
             loop.sleep(self.constants.heartbeat_every_ms / 1000)
-            self:beat()
+            -- a release during the sleep is final: a beat now would set the
+            -- consumer and instance keys again after they were given up
+            if not stopped() then
+                self:beat()
+            end
         end
     end)
 end
