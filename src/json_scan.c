@@ -1177,9 +1177,7 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const rel
     cursor p;
 
     if (len > max_bytes) {
-        if (reason && reasonlen) {
-            snprintf(reason, reasonlen, "event too large (%zu bytes > %zu)", len, max_bytes);
-        }
+        relay_json_too_large(len, max_bytes, reason, reasonlen);
         return -1;
     }
     pthread_once(&simd_picked, pick_simd);
@@ -1202,6 +1200,15 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const rel
         return set_reason(reason, reasonlen, "event is not a JSON object");
     }
     return 0;
+}
+
+
+void
+relay_json_too_large(size_t len, size_t max_bytes, char *reason, size_t reasonlen)
+{
+    if (reason && reasonlen) {
+        snprintf(reason, reasonlen, "event too large (%zu bytes > %zu)", len, max_bytes);
+    }
 }
 
 

@@ -3,6 +3,7 @@
  * One buffer holds the longest acceptable line, so every event is matched in
  * place; only a longer line is read past without keeping it.
  */
+#include "relay/json_scan.h"
 #include "relay/match_scan.h"
 
 #include <errno.h>
@@ -108,7 +109,7 @@ skip_long_line(scan *s, size_t have)
         total += n;
     }
     s->counts->total++;
-    snprintf(reason, sizeof(reason), "event too large (%zu bytes > %zu)", total, s->opts->max_bytes);
+    relay_json_too_large(total, s->opts->max_bytes, reason, sizeof(reason));
     malformed(s, reason);
     return n;
 }

@@ -13,6 +13,7 @@
  * that records of a huge file can take.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "relay/json_scan.h"
 #include "relay/line_reader.h"
 #include "relay/match_scan.h"
 
@@ -166,7 +167,7 @@ on_line(void *ctx, const char *text, size_t len)
     if (text != NULL) {
         match_line(w, c, text, len);
     } else {
-        snprintf(reason, sizeof(reason), "event too large (%zu bytes > %zu)", len, w->p->opts->max_bytes);
+        relay_json_too_large(len, w->p->opts->max_bytes, reason, sizeof(reason));
         record_malformed(c, (uint32_t)c->lines++, reason);
     }
     return c->oom;

@@ -61,6 +61,10 @@ typedef struct relay_json_visitor {
  * with the reason in `reason` (may be NULL). */
 int relay_json_validate_object(const char *text, size_t len, size_t max_bytes, char *reason, size_t reasonlen);
 
+/* The reason an event of len bytes over max_bytes is refused with, for a
+ * reader that skipped such a line without holding it. */
+void relay_json_too_large(size_t len, size_t max_bytes, char *reason, size_t reasonlen);
+
 /* Like relay_json_validate_object, but reports tracked values to `visitor`
  * (may be NULL). The top-level value gets token `root`. Callbacks may have run
  * for a prefix of the text even when the scan fails. */

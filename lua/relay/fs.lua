@@ -60,6 +60,13 @@ function _M.is_executable(path)
 end
 
 
+--- The size in bytes of what path names (symlinks followed), or nil.
+function _M.size(path)
+    local st = stat.stat(path)
+    return st and st.st_size
+end
+
+
 --- What path is, without following a final symlink: "link", "dir",
 -- "file" or "other"; nil when it does not exist.
 function _M.kind(path)

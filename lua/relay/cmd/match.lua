@@ -43,11 +43,7 @@ end
 local function prepare_bulk_load(apps_dir)
     local bytes = 0
     for _, name in ipairs(fs.names(apps_dir) or {}) do
-        local f = io.open(apps_dir .. "/" .. name .. "/template.yaml", "rb")
-        if f then
-            bytes = bytes + (f:seek("end") or 0)
-            f:close()
-        end
+        bytes = bytes + (fs.size(apps_dir .. "/" .. name .. "/template.yaml") or 0)
     end
     local heap = require("relay.core.heap")
     heap.reserve(bytes * HEAP_PER_TEMPLATE_BYTE)
