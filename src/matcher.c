@@ -106,7 +106,13 @@ relay_matcher_count(const relay_matcher *m)
 relay_match_state *
 relay_match_state_new(void)
 {
-    return calloc(1, sizeof(relay_match_state));
+    size_t size = (sizeof(relay_match_state) + 63) & ~(size_t)63;
+    relay_match_state *st = aligned_alloc(64, size);
+
+    if (st) {
+        memset(st, 0, size);
+    }
+    return st;
 }
 
 
