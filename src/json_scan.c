@@ -610,6 +610,31 @@ classify_avx2(cursor p, block_masks *m)
     m->open = eq32(lo, '[') | eq32(hi, '[') << 32;
     m->close = eq32(lo, ']') | eq32(hi, ']') << 32;
 }
+
+
+/* AVX-512BW compares give the 64-bit masks directly: one load and eight
+ * compares per block instead of two halves, fourteen movemasks and the
+ * shifts that join them. Same target rule as the AVX2 classifier. */
+__attribute__((target("avx512f,avx512bw,bmi,bmi2,popcnt"), always_inline)) static inline uint64_t
+eq64(__m512i x, char c)
+{
+    return (uint64_t)_mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8(c));
+}
+
+
+__attribute__((target("avx512f,avx512bw,bmi,bmi2,popcnt"), always_inline)) static inline void
+classify_avx512(cursor p, block_masks *m)
+{
+    __m512i x = _mm512_loadu_si512((const void *)p);
+
+    m->digit = (uint64_t)_mm512_cmplt_epu8_mask(_mm512_sub_epi8(x, _mm512_set1_epi8('0')), _mm512_set1_epi8(10));
+    m->zero = eq64(x, '0');
+    m->minus = eq64(x, '-');
+    m->dot = eq64(x, '.');
+    m->comma = eq64(x, ',');
+    m->open = eq64(x, '[');
+    m->close = eq64(x, ']');
+}
 #endif
 
 
@@ -629,6 +654,9 @@ relay_json_set_simd(int level)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2")
         && __builtin_cpu_supports("popcnt")) {
         best = pick = RELAY_JSON_SIMD_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+            best = pick = RELAY_JSON_SIMD_AVX512;
+        }
     }
 #endif
     simd_level = level < 0 ? pick : level > best ? best : level;
@@ -829,26 +857,34 @@ cut:
         }                                                            \
     }
 
+/* clang-format reads a macro-defined function as a declaration. */
+/* clang-format off */
 DEFINE_SKIP_BLOCKS(skip_blocks_portable, classify_scalar)
 #ifdef __SSE2__
 DEFINE_SKIP_BLOCKS(skip_blocks_sse2, classify_sse2)
 #endif
 #if SCAN_AVX2
-/* Compiled for AVX2 (and the BMI/POPCNT every AVX2 CPU has) alone, so the
- * build needs no global -mavx2; only run after __builtin_cpu_supports. */
+/* Compiled for AVX2 or AVX-512BW (with the BMI/POPCNT every such CPU has)
+ * alone, so the build needs no global -mavx2; only run after
+ * __builtin_cpu_supports. */
 __attribute__((target("avx2,bmi,bmi2,popcnt"))) DEFINE_SKIP_BLOCKS(skip_blocks_avx2, classify_avx2)
+__attribute__((target("avx512f,avx512bw,bmi,bmi2,popcnt"))) DEFINE_SKIP_BLOCKS(skip_blocks_avx512, classify_avx512)
 #endif
 
 
-    /* Skip as much of the untracked array at p as the block path can prove
-     * valid. Returns the new position (p when nothing was gained) with s->depth
-     * adjusted; *after tells whether a complete value ends there. */
-    static cursor skip_number_arrays(scanner *s, cursor p, cursor end, int *after)
+/* Skip as much of the untracked array at p as the block path can prove
+ * valid. Returns the new position (p when nothing was gained) with s->depth
+ * adjusted; *after tells whether a complete value ends there. */
+static cursor
+skip_number_arrays(scanner *s, cursor p, cursor end, int *after)
+/* clang-format on */
 {
     cursor q;
 
 #if SCAN_AVX2
-    if (simd_level == RELAY_JSON_SIMD_AVX2) {
+    if (simd_level == RELAY_JSON_SIMD_AVX512) {
+        q = skip_blocks_avx512(s, p, end, after);
+    } else if (simd_level == RELAY_JSON_SIMD_AVX2) {
         q = skip_blocks_avx2(s, p, end, after);
     } else
 #endif

@@ -76,13 +76,14 @@ int relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const
  * pairs) are run. Results never depend on the level: OFF is the plain token-at-a-time
  * scanner that the others must agree with, byte for byte and reason for
  * reason; tests and benchmarks switch levels to compare. AUTO, the default,
- * picks AVX2 when the CPU has it, else SSE2, else OFF (PORTABLE is for
+ * picks AVX512 (AVX-512BW) or AVX2 when the CPU has it, else SSE2, else OFF (PORTABLE is for
  * tests: it is slower than OFF). */
 #define RELAY_JSON_SIMD_AUTO (-1)
 #define RELAY_JSON_SIMD_OFF 0
 #define RELAY_JSON_SIMD_PORTABLE 1
 #define RELAY_JSON_SIMD_SSE2 2
 #define RELAY_JSON_SIMD_AVX2 3
+#define RELAY_JSON_SIMD_AVX512 4
 
 /* Select the level (clamped to what this CPU and build support) for all
  * later scans; returns the level in effect. Not thread-safe: call it before

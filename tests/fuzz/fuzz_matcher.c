@@ -26,6 +26,7 @@ validate_all_levels(const char *p, size_t len)
         RELAY_JSON_SIMD_PORTABLE,
         RELAY_JSON_SIMD_SSE2,
         RELAY_JSON_SIMD_AVX2,
+        RELAY_JSON_SIMD_AVX512,
     };
     char want[256], got[256];
     int rc, i;

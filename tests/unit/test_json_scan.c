@@ -217,6 +217,7 @@ static const int levels[] = {
     RELAY_JSON_SIMD_PORTABLE,
     RELAY_JSON_SIMD_SSE2,
     RELAY_JSON_SIMD_AVX2,
+    RELAY_JSON_SIMD_AVX512,
 };
 static long agree_cases;
 

@@ -389,7 +389,7 @@ test_number_arrays(void)
     char event[1024];
     int level;
 
-    for (level = RELAY_JSON_SIMD_OFF; level <= RELAY_JSON_SIMD_AVX2; level++) {
+    for (level = RELAY_JSON_SIMD_OFF; level <= RELAY_JSON_SIMD_AVX512; level++) {
         relay_json_set_simd(level);
         snprintf(event, sizeof(event), "{\"g\":%s,\"properties\":{\"id\":\"a\"},\"h\":%s}", ring, ring);
         CHECK_STR(ids_of(m, event), "0");
