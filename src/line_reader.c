@@ -156,6 +156,31 @@ read_on(pass *s, size_t *i, relay_line_fn fn, void *ctx)
 }
 
 
+/* The range's lines straight from the mapping: nothing is read or held. */
+static int
+run_mapped(const relay_line_range *g, relay_line_fn fn, void *ctx)
+{
+    const char *p = g->map + g->start, *end = g->map + g->size, *stop = g->map + g->end, *nl;
+    size_t len;
+
+    if (g->start > g->first) {
+        if ((nl = memchr(p - 1, '\n', (size_t)(end - p) + 1)) == NULL) {
+            return 0;
+        }
+        p = nl + 1;
+    }
+    while (p < stop && p < end) {
+        nl = memchr(p, '\n', (size_t)(end - p));
+        len = (size_t)((nl ? nl : end) - p);
+        if (fn(ctx, len <= g->keep ? p : NULL, len)) {
+            return RELAY_LINES_STOPPED;
+        }
+        p += len + 1;
+    }
+    return 0;
+}
+
+
 int
 relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_line_fn fn, void *ctx)
 {
@@ -164,6 +189,9 @@ relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_lin
     char *line, *nl;
     int rc = 0;
 
+    if (g->map != NULL) {
+        return run_mapped(g, fn, ctx);
+    }
     if (r->cap < FIRST_CAP && grow(r, FIRST_CAP) < 0) {
         return RELAY_LINES_NOMEM;
     }

@@ -357,13 +357,31 @@ opt_number(lua_State *L, int opts, const char *name, lua_Number dflt)
 }
 
 
+/* opts.access: "auto" (the default), "read" or "map" (RELAY_MATCH_ACCESS_*). */
+static int
+opt_access(lua_State *L, int opts)
+{
+    static const char *const names[] = {"auto", "read", "map", NULL};
+    static const int values[] = {RELAY_MATCH_ACCESS_AUTO, RELAY_MATCH_ACCESS_READ, RELAY_MATCH_ACCESS_MAP};
+    int i;
+
+    lua_getfield(L, opts, "access");
+    i = lua_isnil(L, -1) ? 0 : luaL_checkoption(L, -1, NULL, names);
+    lua_pop(L, 1);
+    return values[i];
+}
+
+
 /*** @function m:scan(file, opts)
  * Match every line of an open file (io.open(path, "rb"), io.stdin) as one event,
  * without a Lua call per line: the reading and matching of include/relay/match_scan.h.
  * @param file a Lua file handle, read to its end and left open
- * A regular file is mapped and its lines matched on threads = opts.threads (default 0:
- * one per CPU); the callbacks still run here, on this thread, in line order.
- * @param opts max_bytes (default 1 MiB), now_ms (default 0), threads (default 0);
+ * A regular file is split into byte ranges whose lines are matched on threads =
+ * opts.threads (default 0: one per CPU); the callbacks still run here, on this thread,
+ * in line order.
+ * @param opts max_bytes (default 1 MiB), now_ms (default 0), threads (default 0),
+ *   access ("auto", "read" or "map": how a regular file's bytes are reached; auto maps
+ *   it where that is faster on this host);
  *   on_match(lines, ids, n): matches in input order, in batches: for i = 1..n, the
  *   event on line lines[i] matched the rule with 0-based id ids[i] (an event matching
  *   several rules gives several pairs, ids ascending). The two tables are reused for
@@ -377,7 +395,7 @@ l_scan(lua_State *L)
 {
     relay_matcher **box = check_box(L);
     FILE **file = luaL_checkudata(L, 2, LUA_FILEHANDLE);
-    relay_match_scan_opts opts = {0, 0, 0, 0};
+    relay_match_scan_opts opts = {0, 0, 0, 0, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_sink sink = {NULL, NULL, NULL};
     relay_match_scan_counts counts;
     scan_call call = {L, 0, 0, 0, 0, 0, 0};
@@ -392,6 +410,7 @@ l_scan(lua_State *L)
     opts.max_bytes = (size_t)opt_number(L, 3, "max_bytes", 1 << 20);
     opts.now_ms = (int64_t)opt_number(L, 3, "now_ms", 0);
     opts.threads = (int)opt_number(L, 3, "threads", 0);
+    opts.access = opt_access(L, 3);
     if ((call.on_match = opt_function(L, 3, "on_match")) != 0) {
         sink.on_match = scan_on_match;
     }

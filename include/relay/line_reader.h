@@ -5,11 +5,13 @@
  * range and sees exactly the lines that begin in it, whole, the last one
  * included even where it runs past the range's end.
  *
- * Why not map the file: on a paravirtualised host every page-table entry a
- * mapping's first touch sets is expensive. Finding the newlines of a 190 MB
- * file cost ~100 ms through a mapping and ~25-35 ms through 256 KiB reads,
- * and the bytes a read copies are still in the cache when they are matched.
- * A file that shrinks under a read is a short read, not a SIGBUS.
+ * The same lines can come from a mapping of the file instead (the range's
+ * `map`): no copy, but each first touch of a page sets a page-table entry,
+ * which a paravirtualised host makes expensive (finding the newlines of a
+ * 190 MB file: ~100 ms mapped vs ~25-35 ms through 256 KiB reads there,
+ * 20 vs 27 ms on a KVM guest with hardware paging). src/map_probe.c tells
+ * which way this host reads faster. A mapped file that shrinks raises SIGBUS
+ * (see include/relay/map_guard.h); a read one gives a short read.
  */
 #ifndef RELAY_LINE_READER_H
 #define RELAY_LINE_READER_H
@@ -34,6 +36,7 @@ typedef struct relay_line_range {
     off_t start, end; /* the lines that start in [start, end) */
     off_t size;       /* the file's size when the scan began: nothing past it is read */
     size_t keep;      /* the longest line handed over whole */
+    const char *map;  /* NULL, or the file's bytes [0, size) mapped: lines come from there */
 } relay_line_range;
 
 /* One line, its newline excluded. `text` is NULL for a line longer than

@@ -47,7 +47,15 @@ typedef struct relay_match_scan_opts {
                         * threads take, 0 for 1 MiB */
     int threads;       /* a regular file: matching threads, 0 for one per CPU
                         * this process may use; 1 matches on the caller's thread */
+    int access;        /* a regular file: RELAY_MATCH_ACCESS_* */
 } relay_match_scan_opts;
+
+/* How relay_match_scan_file reaches the file's bytes. AUTO (0): through a
+ * mapping when relay_map_probe finds that faster on this host, else pread;
+ * the others force one way (tests compare them). */
+#define RELAY_MATCH_ACCESS_AUTO 0
+#define RELAY_MATCH_ACCESS_READ 1
+#define RELAY_MATCH_ACCESS_MAP 2
 
 typedef struct relay_match_scan_counts {
     long long matched; /* events that matched at least one rule */
@@ -65,7 +73,8 @@ int relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *op
 
 /*
  * The same over the bytes [first, size) of the regular file fd (size: its
- * size when the scan began), read with pread and matched on opts->threads
+ * size when the scan began), mapped or read with pread (opts->access) and
+ * matched on opts->threads
  * threads (0: one per CPU), each with its own relay_match_state over the
  * shared matcher, compiled first. The sink's callbacks run on the calling
  * thread only, in line order. A file that ends before `size` while it is

@@ -323,25 +323,51 @@ describe("m:scan (the binding under relay match --events)", function()
         assert.is_true(batches >= 3) -- 1999 pairs: two full batches of 1024 or fewer
     end)
 
-    it("returns an error, not a crash, when the file shrinks during the scan", function()
-        local path = os.tmpname()
-        local f = assert(io.open(path, "wb"))
-        f:write(string.rep('{"a":0}\n', 400000)) -- 3.2 MB: four 1 MiB chunks
+    -- Read, a shrunken file is a short read; mapped, its pages are gone (SIGBUS).
+    for _, access in ipairs({ "read", "map" }) do
+        it("returns an error, not a crash, when the file shrinks during the scan (" .. access .. ")", function()
+            local path = os.tmpname()
+            local f = assert(io.open(path, "wb"))
+            f:write(string.rep('{"a":0}\n', 400000)) -- 3.2 MB: four 1 MiB chunks
+            f:close()
+            local m = matcher.new()
+            assert(m:add('{"a":[{"eq":0}]}'))
+            f = assert(io.open(path, "rb"))
+            -- On one thread the first chunk is replayed before the second is read.
+            local matched, err = m:scan(f, {
+                threads = 1,
+                access = access,
+                on_match = function()
+                    assert(io.open(path, "wb")):close()
+                end,
+            })
+            f:close()
+            os.remove(path)
+            assert.is_nil(matched)
+            assert.are.equal("the file changed while it was read (it shrank)", err)
+        end)
+    end
+
+    it("reads or maps a file as asked, with the same result, and refuses another access", function()
+        local m, f = setup('{"a":1}\n{"a":-2}\nnot json\n{"a":0}\n')
+        for _, access in ipairs({ "auto", "read", "map" }) do
+            f:seek("set", 0)
+            local lines = {}
+            local matched, total = m:scan(f, {
+                access = access,
+                on_match = function(at, _, n)
+                    for i = 1, n do
+                        lines[#lines + 1] = at[i]
+                    end
+                end,
+            })
+            assert.are.same({ 2, 4 }, { matched, total })
+            assert.are.same({ 1, 4, 4 }, lines)
+        end
+        assert.has_error(function()
+            m:scan(f, { access = "mmap" })
+        end)
         f:close()
-        local m = matcher.new()
-        assert(m:add('{"a":[{"eq":0}]}'))
-        f = assert(io.open(path, "rb"))
-        -- On one thread the first chunk is replayed before the second is read.
-        local matched, err = m:scan(f, {
-            threads = 1,
-            on_match = function()
-                assert(io.open(path, "wb")):close()
-            end,
-        })
-        f:close()
-        os.remove(path)
-        assert.is_nil(matched)
-        assert.are.equal("the file changed while it was read (it shrank)", err)
     end)
 
     it("raises a callback's error once the scan is over, and refuses a closed file", function()

@@ -4,7 +4,8 @@
  * reported exactly once, in order, as matched, unmatched or malformed; ids come
  * ascending; the counts agree with what the sink saw. The same events in a
  * regular file (a memfd) matched on two threads in ranges of 16 bytes
- * (relay_match_scan_file) must give the sink exactly the same calls. */
+ * (relay_match_scan_file), read or mapped as the input's length is even or
+ * odd, must give the sink exactly the same calls. */
 #define _GNU_SOURCE /* memfd_create */
 #include "relay/match_scan.h"
 
@@ -109,8 +110,9 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *nl = memchr(p, '\n', size);
-    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128, 0};
-    relay_match_scan_opts split = {64, INT64_C(1767225600000), 16, 2};
+    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts split = {64, INT64_C(1767225600000), 16, 2,
+                                   size % 2 ? RELAY_MATCH_ACCESS_MAP : RELAY_MATCH_ACCESS_READ};
     seen s = {0, 0, 0, 0}, t = {0, 0, 0, 0};
     relay_match_scan_sink sink = {on_match, on_malformed, &s}, split_sink = {on_match, on_malformed, &t};
     relay_match_scan_counts counts, split_counts;

@@ -1,23 +1,31 @@
 /* Unit test of relay_match_scan_file (include/relay/match_scan.h): on any
- * number of threads and any range size, the sink hears exactly what the
- * streaming scan reports for the same text, in the same order, on the
- * calling thread, long lines included; relay_match_scan takes that path for
- * a regular file. */
+ * number of threads and any range size, read or mapped, the sink hears
+ * exactly what the streaming scan reports for the same text, in the same
+ * order, on the calling thread, long lines included; relay_match_scan takes
+ * that path for a regular file. A file cut short while it is scanned is an
+ * error either way, never a crash. */
 #include "check.h"
+#include "relay/map_probe.h"
 #include "relay/match_scan.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NOW INT64_C(1767225600000)
+
+/* The ways to reach a file's bytes that every split scan is run with. */
+static const int accesses[] = {RELAY_MATCH_ACCESS_READ, RELAY_MATCH_ACCESS_MAP};
+#define NACCESS (sizeof(accesses) / sizeof(*accesses))
 
 /* What a sink saw, one "<line>:<ids>" or "<line>!<reason>" per call. */
 typedef struct transcript {
     char text[65536];
     size_t len;
     long long stop_at_line;
+    int truncate_fd; /* > 0: the first callback empties this file */
     pthread_t caller;
     int off_thread; /* a callback ran on another thread */
 } transcript;
@@ -43,6 +51,10 @@ on_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
     }
     note(t, "%lld:%s ", line, list);
     t->off_thread |= !pthread_equal(pthread_self(), t->caller);
+    if (t->truncate_fd > 0) {
+        CHECK(ftruncate(t->truncate_fd, 0) == 0);
+        t->truncate_fd = 0;
+    }
     return t->stop_at_line > 0 && line >= t->stop_at_line;
 }
 
@@ -163,7 +175,7 @@ test_first_scans_on_threads(void)
 {
     static transcript got, want;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 16, 4};
+    relay_match_scan_opts opts = {48, NOW, 16, 4, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts counts, want_counts;
     size_t len;
     char *text = make_text(64, &len);
@@ -186,17 +198,18 @@ test_same_as_streaming(void)
     static const size_t chunks[] = {1, 7, 64, 1000, 0};
     static transcript want, got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 0, 0};
+    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts want_counts, got_counts;
     size_t len, i, j;
     char *text = make_text(400, &len);
 
     CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
     CHECK(want_counts.total == 400 && want_counts.matched > 0);
-    for (i = 0; i < sizeof(threads) / sizeof(*threads); i++) {
+    for (i = 0; i < sizeof(threads) / sizeof(*threads) * NACCESS; i++) {
         for (j = 0; j < sizeof(chunks) / sizeof(*chunks); j++) {
             memset(&got, 0, sizeof(got));
-            opts.threads = threads[i];
+            opts.threads = threads[i / NACCESS];
+            opts.access = accesses[i % NACCESS];
             opts.read_chunk = chunks[j];
             CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
             CHECK_STR(got.text, want.text);
@@ -216,21 +229,22 @@ test_stop(void)
 {
     static transcript want, got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 0, 0};
+    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts want_counts, got_counts;
     size_t len;
     char *text = make_text(300, &len);
     long long stops[] = {1, 4, 5, 150, 299};
     size_t i;
 
-    for (i = 0; i < sizeof(stops) / sizeof(*stops); i++) {
+    for (i = 0; i < sizeof(stops) / sizeof(*stops) * NACCESS; i++) {
         memset(&want, 0, sizeof(want));
         memset(&got, 0, sizeof(got));
-        want.stop_at_line = got.stop_at_line = stops[i];
+        want.stop_at_line = got.stop_at_line = stops[i / NACCESS];
         opts.threads = 0;
         opts.read_chunk = 16;
         CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == RELAY_MATCH_SCAN_STOPPED);
         opts.threads = 2;
+        opts.access = accesses[i % NACCESS];
         CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == RELAY_MATCH_SCAN_STOPPED);
         CHECK_STR(got.text, want.text);
         CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
@@ -246,17 +260,21 @@ test_edges(void)
 {
     static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts counts;
+    size_t i;
 
-    CHECK(scan_file(m, "", 0, &opts, &count_only, &counts) == 0);
-    CHECK(counts.total == 0 && counts.matched == 0);
-    CHECK(scan_file(m, "{\"a\":1}\n", 8, &opts, &count_only, &counts) == 0);
-    CHECK(counts.total == 1 && counts.matched == 1);
-    CHECK(scan_file(m, "{\"a\":1}\n\n", 9, &opts, &count_only, &counts) == 0);
-    CHECK(counts.total == 2 && counts.matched == 1);
-    CHECK(scan_file(m, "x", 1, &opts, &count_only, &counts) == 0);
-    CHECK(counts.total == 1 && counts.matched == 0);
+    for (i = 0; i < NACCESS; i++) {
+        opts.access = accesses[i];
+        CHECK(scan_file(m, "", 0, &opts, &count_only, &counts) == 0);
+        CHECK(counts.total == 0 && counts.matched == 0);
+        CHECK(scan_file(m, "{\"a\":1}\n", 8, &opts, &count_only, &counts) == 0);
+        CHECK(counts.total == 1 && counts.matched == 1);
+        CHECK(scan_file(m, "{\"a\":1}\n\n", 9, &opts, &count_only, &counts) == 0);
+        CHECK(counts.total == 2 && counts.matched == 1);
+        CHECK(scan_file(m, "x", 1, &opts, &count_only, &counts) == 0);
+        CHECK(counts.total == 1 && counts.matched == 0);
+    }
     relay_matcher_free(m);
 }
 
@@ -267,7 +285,7 @@ test_regular_file(void)
 {
     static transcript want, got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 64, 2};
+    relay_match_scan_opts opts = {48, NOW, 64, 2, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts want_counts, got_counts;
     relay_match_scan_sink sink = {on_match, on_malformed, &got};
     size_t len;
@@ -300,7 +318,7 @@ test_sizeless_file(void)
 {
     static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts counts;
     FILE *f = fopen("/proc/self/status", "r");
     char err[128];
@@ -327,7 +345,7 @@ test_long_lines(void)
     static const size_t ranges[] = {0, 100000, 4099};
     static transcript want, got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {0, NOW, 4096, 0};
+    relay_match_scan_opts opts = {0, NOW, 4096, 0, RELAY_MATCH_ACCESS_AUTO};
     relay_match_scan_counts want_counts, got_counts;
     size_t len = 0, i, j, k;
     char *text = malloc(2 << 20);
@@ -345,10 +363,11 @@ test_long_lines(void)
         opts.read_chunk = 4096;
         CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
         CHECK(want_counts.total == 8 && want_counts.matched == (i ? 6 : 4));
-        for (j = 1; j <= 2; j++) {
+        for (j = 0; j < 2 * NACCESS; j++) {
             for (k = 0; k < sizeof(ranges) / sizeof(*ranges); k++) {
                 memset(&got, 0, sizeof(got));
-                opts.threads = (int)j;
+                opts.threads = (int)(j / NACCESS) + 1;
+                opts.access = accesses[j % NACCESS];
                 opts.read_chunk = ranges[k];
                 CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
                 CHECK_STR(got.text, want.text);
@@ -357,6 +376,79 @@ test_long_lines(void)
         }
     }
     free(text);
+    relay_matcher_free(m);
+}
+
+
+/* The first match's callback empties the file; the next range then has no
+ * bytes: a short read, or through the mapping a SIGBUS. Either way the scan
+ * fails with the same message after the lines it had seen. One thread: the
+ * caller matches a range, replays it, then matches the next. */
+static void
+test_file_shrinks(void)
+{
+    static transcript got;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 64, 1, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_sink sink = {on_match, on_malformed, &got};
+    relay_match_scan_counts counts;
+    size_t len, i;
+    char *text = make_text(400, &len), err[128];
+
+    for (i = 0; i < NACCESS; i++) {
+        FILE *f = tmpfile();
+
+        CHECK(f != NULL);
+        if (f == NULL) {
+            break;
+        }
+        CHECK(fwrite(text, 1, len, f) == len && fflush(f) == 0);
+        memset(&got, 0, sizeof(got));
+        got.caller = pthread_self();
+        got.truncate_fd = fileno(f);
+        opts.access = accesses[i];
+        err[0] = '\0';
+        CHECK(relay_match_scan_file(m, fileno(f), 0, (off_t)len, &opts, &sink, &counts, err, sizeof(err)) == -1);
+        CHECK_STR(err, "the file changed while it was read (it shrank)");
+        CHECK(counts.total > 0 && counts.total < 400);
+        fclose(f);
+    }
+    free(text);
+    relay_matcher_free(m);
+}
+
+
+/* A file large enough for the probe: whichever way it picks, the sink hears
+ * what it hears from a read scan. Most of it is lines longer than max_bytes,
+ * which are reported by their length alone (cheap under valgrind). */
+static void
+test_probed_file(void)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    enum { PAD_LINE = 64 << 10 };
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 0, 2, RELAY_MATCH_ACCESS_READ};
+    relay_match_scan_counts want, got;
+    size_t len, total, pads = (size_t)RELAY_MAP_PROBE_MIN / PAD_LINE + 1, i;
+    char *head = make_text(1000, &len), *text = malloc(len + 1 + pads * PAD_LINE);
+
+    CHECK(text != NULL);
+    if (text != NULL) {
+        memcpy(text, head, len);
+        text[len] = '\n';
+        memset(text + len + 1, 'x', pads * PAD_LINE);
+        for (i = 1; i <= pads; i++) {
+            text[len + i * PAD_LINE] = '\n';
+        }
+        total = len + 1 + pads * PAD_LINE;
+        CHECK(scan_file(m, text, total, &opts, &count_only, &want) == 0);
+        opts.access = RELAY_MATCH_ACCESS_AUTO;
+        CHECK(scan_file(m, text, total, &opts, &count_only, &got) == 0);
+        CHECK(want.total == 1000 + (long long)pads && want.matched > 0);
+        CHECK(got.total == want.total && got.matched == want.matched);
+    }
+    free(text);
+    free(head);
     relay_matcher_free(m);
 }
 
@@ -371,5 +463,7 @@ main(void)
     test_regular_file();
     test_sizeless_file();
     test_long_lines();
+    test_file_shrinks();
+    test_probed_file();
     CHECK_DONE();
 }
