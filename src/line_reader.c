@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The first buffer: about an L2 cache, so that what a read copied is still
@@ -175,23 +176,44 @@ prefetch_to(const char *done, const char *to)
 }
 
 
+/* Whether the file is now shorter than the mapping, once a line reaches
+ * `tail`: the file's last page. A file cut short within that page raises no
+ * SIGBUS; the bytes past its new end just read as zeros. */
+static int
+shrank_under(const relay_line_range *g, const char *at, const char *tail)
+{
+    struct stat st;
+
+    return at >= tail && fstat(g->fd, &st) == 0 && st.st_size < g->size;
+}
+
+
 /* The range's lines straight from the mapping: nothing is read or held. */
 static int
 run_mapped(const relay_line_range *g, relay_line_fn fn, void *ctx)
 {
     const char *p = g->map + g->start, *end = g->map + g->size, *stop = g->map + g->end, *nl, *ahead = p;
+    const char *tail = g->map + ((g->size - 1) & ~(off_t)(sysconf(_SC_PAGESIZE) - 1));
     size_t len;
 
     if (g->start > g->first) {
-        if ((nl = memchr(p - 1, '\n', (size_t)(end - p) + 1)) == NULL) {
+        /* As the read path: a newline at end - 1 or later starts no line here. */
+        nl = memchr(p - 1, '\n', (size_t)(stop - p));
+        if (shrank_under(g, nl ? nl : stop, tail)) {
+            return RELAY_LINES_SHRANK;
+        }
+        if (nl == NULL) {
             return 0;
         }
         p = nl + 1;
     }
     while (p < stop && p < end) {
-        ahead = prefetch_to(ahead, end - p > PREFETCH_AHEAD ? p + PREFETCH_AHEAD : end);
+        ahead = prefetch_to(ahead > p ? ahead : p, end - p > PREFETCH_AHEAD ? p + PREFETCH_AHEAD : end);
         nl = memchr(p, '\n', (size_t)(end - p));
         len = (size_t)((nl ? nl : end) - p);
+        if (shrank_under(g, p + len, tail)) {
+            return RELAY_LINES_SHRANK;
+        }
         if (fn(ctx, len <= g->keep ? p : NULL, len)) {
             return RELAY_LINES_STOPPED;
         }

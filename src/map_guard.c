@@ -4,49 +4,81 @@
  */
 #include "relay/map_guard.h"
 
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* The calling thread's guard: where to jump and which bytes it covers. The
- * handler only reads these for the thread the fault happened on. */
-static _Thread_local sigjmp_buf *guard_env;
-static _Thread_local const char *guard_base;
-static _Thread_local size_t guard_len;
+ * handler only reads these for the thread the fault happened on; volatile
+ * and the fences keep the compiler from moving the stores across the reads
+ * of the mapping they guard. */
+static _Thread_local sigjmp_buf *volatile guard_env;
+static _Thread_local const char *volatile guard_base;
+static _Thread_local volatile size_t guard_len;
+
+static pthread_mutex_t holders_lock = PTHREAD_MUTEX_INITIALIZER;
+static int holders;
+static struct sigaction earlier; /* the action before the first hold */
 
 
 static void
 on_sigbus(int sig, siginfo_t *info, void *uctx)
 {
-    const char *at = info->si_addr;
+    const char *at = info->si_addr, *base = guard_base;
+    sigjmp_buf *env = guard_env;
 
-    (void)uctx;
-    if (guard_env != NULL && at >= guard_base && (size_t)(at - guard_base) < guard_len) {
-        siglongjmp(*guard_env, 1);
+    /* si_code > 0: raised by the kernel for a fault (si_addr is meaningful);
+     * a SIGBUS sent by kill or sigqueue is never ours. */
+    if (info->si_code > 0 && env != NULL && at >= base && (size_t)(at - base) < guard_len) {
+        siglongjmp(*env, 1);
     }
-    /* Not ours: the default action, taken when the faulting access repeats. */
-    signal(sig, SIG_DFL);
+    /* Not ours: the earlier action. A handler is called as the kernel would
+     * have; the default is put back, and a fault repeats when this returns
+     * and meets it, while a sent signal must be raised again. */
+    if ((earlier.sa_flags & SA_SIGINFO) != 0 && earlier.sa_sigaction != NULL) {
+        earlier.sa_sigaction(sig, info, uctx);
+    } else if (earlier.sa_handler != SIG_DFL && earlier.sa_handler != SIG_IGN) {
+        earlier.sa_handler(sig);
+    } else if (earlier.sa_handler == SIG_DFL) {
+        sigaction(sig, &earlier, NULL);
+        if (info->si_code <= 0) {
+            raise(sig);
+        }
+    }
 }
 
 
 int
-relay_map_guard_install(relay_map_guard_saved *saved)
+relay_map_guard_hold(void)
 {
     struct sigaction sa;
+    int rc = 0;
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    saved->installed = sigaction(SIGBUS, &sa, &saved->action) == 0;
-    return saved->installed ? 0 : -1;
+    pthread_mutex_lock(&holders_lock);
+    if (holders == 0) {
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        rc = sigaction(SIGBUS, &sa, &earlier);
+    }
+    if (rc == 0) {
+        holders++;
+    }
+    pthread_mutex_unlock(&holders_lock);
+    return rc == 0 ? 0 : -1;
 }
 
 
 void
-relay_map_guard_restore(const relay_map_guard_saved *saved)
+relay_map_guard_release(void)
 {
-    if (saved->installed) {
-        sigaction(SIGBUS, &saved->action, NULL);
+    pthread_mutex_lock(&holders_lock);
+    if (holders > 0 && --holders == 0) {
+        sigaction(SIGBUS, &earlier, NULL);
     }
+    pthread_mutex_unlock(&holders_lock);
 }
 
 
@@ -56,11 +88,13 @@ relay_map_guard_arm(sigjmp_buf *env, const void *base, size_t len)
     guard_base = base;
     guard_len = len;
     guard_env = env;
+    atomic_signal_fence(memory_order_seq_cst);
 }
 
 
 void
 relay_map_guard_disarm(void)
 {
+    atomic_signal_fence(memory_order_seq_cst);
     guard_env = NULL;
 }

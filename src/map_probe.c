@@ -2,16 +2,18 @@
 #include "relay/map_probe.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 /* Two pieces each way, alternating; the faster of each pair counts, so one
  * piece slowed by preemption or an interrupt does not decide. */
 #define PIECE ((size_t)512 << 10)
-#define READ_BUF ((size_t)256 << 10)
 #define ROUNDS 2
+#define SAMPLED (2 * ROUNDS * PIECE)
 
 
 static double
@@ -49,7 +51,7 @@ time_read(int fd, char *buf, off_t off, size_t *lines)
 
     while (done < PIECE) {
         do {
-            n = pread(fd, buf, READ_BUF, off + (off_t)done);
+            n = pread(fd, buf, RELAY_MAP_PROBE_BUF, off + (off_t)done);
         } while (n < 0 && errno == EINTR);
         if (n <= 0) {
             return -1;
@@ -61,32 +63,45 @@ time_read(int fd, char *buf, off_t off, size_t *lines)
 }
 
 
+/* Whether every page of the sampled bytes is in the page cache. */
+static int
+sample_cached(const char *map)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = SAMPLED / page, i;
+    unsigned char *in = malloc(pages);
+    int all = in != NULL && mincore((void *)(uintptr_t)map, SAMPLED, in) == 0;
+
+    for (i = 0; all && i < pages; i++) {
+        all = in[i] & 1;
+    }
+    free(in);
+    return all;
+}
+
+
 int
-relay_map_probe(int fd, const char *map, off_t size)
+relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf)
 {
     double mapped = -1, read = -1, t;
     size_t lines = 0;
-    char *buf;
     int i;
 
-    if (size < RELAY_MAP_PROBE_MIN || (buf = malloc(READ_BUF)) == NULL) {
+    if (size - from < RELAY_MAP_PROBE_MIN || !sample_cached(map + from)) {
         return 0;
     }
-    memset(buf, 0, READ_BUF); /* a reader's buffer is warm after its first piece */
+    memset(buf, 0, RELAY_MAP_PROBE_BUF); /* a reader's buffer is warm after its first piece */
     for (i = 0; i < ROUNDS; i++) {
-        off_t off = (off_t)(2 * (size_t)i) * (off_t)PIECE;
+        off_t off = from + (off_t)(2 * (size_t)i) * (off_t)PIECE;
 
         t = now_ns();
         lines += count_lines(map + off, PIECE);
         t = now_ns() - t;
         mapped = mapped < 0 || t < mapped ? t : mapped;
         if ((t = time_read(fd, buf, off + (off_t)PIECE, &lines)) < 0) {
-            free(buf);
             return 0;
         }
         read = read < 0 || t < read ? t : read;
     }
-    free(buf);
     /* `lines` keeps the counting from being optimised away. */
     return lines != (size_t)-1 && mapped <= read * 1.5;
 }

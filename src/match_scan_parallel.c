@@ -24,9 +24,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define DEFAULT_CHUNK (1u << 20)
@@ -180,8 +182,23 @@ on_line(void *ctx, const char *text, size_t len)
 }
 
 
-/* relay_line_reader_run, with a mapped file's SIGBUS (it shrank) turned into
- * RELAY_LINES_SHRANK. */
+/* Why a mapped file faulted: it shrank, or (the same size still) a page
+ * could not be read in. */
+static int
+fault_cause(int fd, off_t size)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) == 0 && st.st_size < size) {
+        return RELAY_LINES_SHRANK;
+    }
+    errno = EIO;
+    return RELAY_LINES_ERROR;
+}
+
+
+/* relay_line_reader_run, with a mapped file's SIGBUS turned into
+ * RELAY_LINES_SHRANK or RELAY_LINES_ERROR (EIO). */
 static int
 read_lines(worker *w, const relay_line_range *range)
 {
@@ -195,7 +212,7 @@ read_lines(worker *w, const relay_line_range *range)
         relay_map_guard_arm(&env, range->map, (size_t)range->size);
         rc = relay_line_reader_run(&w->reader, range, on_line, w);
     } else {
-        rc = RELAY_LINES_SHRANK;
+        rc = fault_cause(range->fd, range->size);
     }
     relay_map_guard_disarm();
     return rc;
@@ -498,54 +515,60 @@ match_all(pool *p, const relay_match_scan_sink *sink, relay_match_scan_counts *c
 
 
 static void
-unmap_file(pool *p, const relay_map_guard_saved *saved)
+unmap_file(pool *p)
 {
     if (p->map != NULL) {
         munmap((void *)(uintptr_t)p->map, (size_t)p->size);
-        relay_map_guard_restore(saved);
+        relay_map_guard_release();
         p->map = NULL;
     }
 }
 
 
-/* Whether the mapping pays here, with the probe's own reads guarded. */
+/* Whether the mapping pays here, with the probe's own reads guarded (its
+ * buffer allocated outside the guard, which a jump would leak). */
 static int
 probe_guarded(const pool *p)
 {
+    char *buf = malloc(RELAY_MAP_PROBE_BUF);
     sigjmp_buf env;
     volatile int pays = 0;
 
+    if (buf == NULL) {
+        return 0;
+    }
     if (sigsetjmp(env, 1) == 0) {
         relay_map_guard_arm(&env, p->map, (size_t)p->size);
-        pays = relay_map_probe(p->fd, p->map, p->size);
+        pays = relay_map_probe(p->fd, p->map, p->first & ~(off_t)(sysconf(_SC_PAGESIZE) - 1), p->size, buf);
     }
     relay_map_guard_disarm();
+    free(buf);
     return pays;
 }
 
 
-/* Map the file when opts->access asks for it or the probe finds it faster;
- * SIGBUS is taken over (into *saved) while the mapping lives. Reading is the
- * fallback: a file that cannot be mapped is read. */
+/* Map the file when opts->access asks for it or the probe finds it faster
+ * for the bytes the scan covers; SIGBUS is guarded while the mapping lives.
+ * Reading is the fallback: a file that cannot be mapped is read. */
 static void
-map_file(pool *p, relay_map_guard_saved *saved)
+map_file(pool *p)
 {
     void *map;
 
-    if (p->opts->access == RELAY_MATCH_ACCESS_READ || p->size == 0
-        || (p->opts->access == RELAY_MATCH_ACCESS_AUTO && p->size < RELAY_MAP_PROBE_MIN)) {
+    if (p->opts->access == RELAY_MATCH_ACCESS_READ || p->size == p->first || (uintmax_t)p->size > SIZE_MAX
+        || (p->opts->access == RELAY_MATCH_ACCESS_AUTO && p->size - p->first < RELAY_MAP_PROBE_MIN)) {
         return;
     }
     if ((map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
         return;
     }
-    if (relay_map_guard_install(saved) < 0) {
+    if (relay_map_guard_hold() < 0) {
         munmap(map, (size_t)p->size);
         return;
     }
     p->map = map;
     if (p->opts->access == RELAY_MATCH_ACCESS_AUTO && !probe_guarded(p)) {
-        unmap_file(p, saved);
+        unmap_file(p);
     }
 }
 
@@ -568,7 +591,6 @@ relay_match_scan_file(relay_matcher *m, int fd, off_t first, off_t size, const r
                       const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err, size_t errlen)
 {
     pool p;
-    relay_map_guard_saved saved;
     enum failure failure = FAILED_NOT;
     size_t i;
     int stop = 0;
@@ -592,9 +614,9 @@ relay_match_scan_file(relay_matcher *m, int fd, off_t first, off_t size, const r
     pthread_mutex_init(&p.lock, NULL);
     pthread_cond_init(&p.taken, NULL);
     pthread_cond_init(&p.ready, NULL);
-    map_file(&p, &saved);
+    map_file(&p);
     stop = match_all(&p, sink, counts, &failure);
-    unmap_file(&p, &saved);
+    unmap_file(&p);
     for (i = 0; i < p.nchunks; i++) {
         free(p.chunks[i].words);
     }

@@ -10,8 +10,10 @@
  * which a paravirtualised host makes expensive (finding the newlines of a
  * 190 MB file: ~100 ms mapped vs ~25-35 ms through 256 KiB reads there,
  * 20 vs 27 ms on a KVM guest with hardware paging). src/map_probe.c tells
- * which way this host reads faster. A mapped file that shrinks raises SIGBUS
- * (see include/relay/map_guard.h); a read one gives a short read.
+ * which way this host reads faster. A file that shrinks gives a short read;
+ * mapped, a page past its new end raises SIGBUS (the caller guards it, see
+ * include/relay/map_guard.h), and within its last page, where the bytes past
+ * the new end read as zeros, run checks the size before handing a line over.
  */
 #ifndef RELAY_LINE_READER_H
 #define RELAY_LINE_READER_H

@@ -3,55 +3,52 @@
  *
  * A page of a MAP_SHARED or MAP_PRIVATE file mapping that lies past the
  * file's end once another process truncated it raises SIGBUS when touched,
- * which would kill the process. Code that reads such a mapping arms a guard
- * on its thread for the mapped range; a SIGBUS inside that range then jumps
- * back to the guard's sigsetjmp point instead, and the reader reports the
- * file as changed. A SIGBUS anywhere else, or on a thread without a guard,
- * keeps its default action.
+ * which would kill the process; so does a mapped page the kernel cannot read
+ * in (an I/O error). Code that reads such a mapping arms a guard on its thread
+ * for the mapped range; a SIGBUS the kernel raises for an address inside that
+ * range then jumps back to the guard's sigsetjmp point instead, and the reader
+ * reports the file as changed (or unreadable). Any other SIGBUS, or one on a
+ * thread without a guard, gets the action that was in place before the first
+ * hold.
  *
- *   relay_map_guard_install(&saved);            once, before any thread reads
+ *   relay_map_guard_hold();                     before any thread reads
  *   sigjmp_buf env;
  *   if (sigsetjmp(env, 1) == 0) {
  *       relay_map_guard_arm(&env, base, len);   this thread, this range
  *       ... read the mapping ...
  *   } else {
- *       ... the file shrank ...
+ *       ... the file shrank, or a page could not be read ...
  *   }
  *   relay_map_guard_disarm();
- *   relay_map_guard_restore(&saved);            after every reader is done
+ *   relay_map_guard_release();                  after every reader is done
  *
- * A fault only happens where the mapped bytes are read, so the code between
- * arm and disarm may allocate and call out, as long as it never reads the
- * mapping while it holds a lock or is inside the allocator, and the state a
- * jump leaves half-updated is thrown away with the failed read.
+ * Holds nest and may come from several threads at once: the handler is
+ * installed by the first hold and the earlier action put back by the last
+ * release.
+ *
+ * A fault only happens where the mapped bytes are read. The code between arm
+ * and disarm may allocate and call out, as long as it never reads the mapping
+ * while it holds a lock or is inside the allocator; a jump abandons whatever
+ * that code was doing (memory it had allocated and not yet freed included),
+ * so the caller gives up the read it guarded.
  */
 #ifndef RELAY_MAP_GUARD_H
 #define RELAY_MAP_GUARD_H
 
 #include <setjmp.h>
-#include <signal.h>
 #include <stddef.h>
 
-/* What relay_map_guard_restore puts back. */
-typedef struct relay_map_guard_saved {
-    struct sigaction action;
-    int installed;
-} relay_map_guard_saved;
+/* Take over SIGBUS for the process (or count one more holder). Returns 0, or
+ * -1 when sigaction failed (then nothing is guarded: do not map). */
+int relay_map_guard_hold(void);
 
-/* Take over SIGBUS for the process (the previous action goes into *saved).
- * Returns 0, or -1 when sigaction failed (then nothing is guarded). */
-int relay_map_guard_install(relay_map_guard_saved *saved);
-
-/* Put back the SIGBUS action that install replaced. */
-void relay_map_guard_restore(const relay_map_guard_saved *saved);
+/* One holder less; the last one puts the earlier SIGBUS action back. */
+void relay_map_guard_release(void);
 
 /* Guard len bytes at base on the calling thread, jumping to env on a fault. */
 void relay_map_guard_arm(sigjmp_buf *env, const void *base, size_t len);
 
 /* Stop guarding on the calling thread. */
 void relay_map_guard_disarm(void);
-
-/* The reader's message for a file that shrank while it was read. */
-#define RELAY_MAP_GUARD_MESSAGE "the file changed while it was read (it shrank)"
 
 #endif

@@ -18,10 +18,16 @@
 /* Below this size the probe's own cost is not worth it: such files are read. */
 #define RELAY_MAP_PROBE_MIN ((off_t)8 << 20)
 
-/* 1 when reading `map` (fd's bytes [0, size) mapped) is no slower than about
- * 1.5 times reading fd with pread, else 0 (also for files under
- * RELAY_MAP_PROBE_MIN, and when a read fails). Touches the mapping's first
- * 2 MiB: a caller that fears the file shrinking guards it (map_guard.h). */
-int relay_map_probe(int fd, const char *map, off_t size);
+/* The scratch buffer relay_map_probe reads into. */
+#define RELAY_MAP_PROBE_BUF ((size_t)256 << 10)
+
+/* 1 when reading `map` (fd's bytes [0, size) mapped) from `from` on is no
+ * slower than about 1.5 times reading fd with pread, else 0: also when fewer
+ * than RELAY_MAP_PROBE_MIN bytes follow `from`, when a read fails, and when
+ * the sampled bytes are not all in the page cache (then both ways would time
+ * the disk). Reads into `buf` (RELAY_MAP_PROBE_BUF bytes). Touches the 2 MiB
+ * of the mapping from `from` (a multiple of the page size): a caller that
+ * fears the file shrinking guards it (map_guard.h). */
+int relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf);
 
 #endif
