@@ -1,0 +1,70 @@
+/* The matcher's hash table (src/matcher_util.c) confirms a hit by its bytes:
+ * entries whose hashes all collide are told apart by key, at every length
+ * and with the one differing byte at every position, so a byte comparison
+ * that skips part of a key is found. */
+#include "../../src/matcher_internal.h"
+#include "check.h"
+
+#include <string.h>
+
+#define MAX_LEN 24
+#define HASH UINT64_C(0x1234567890abcdef) /* every entry's: they all collide */
+
+
+/* key i of length len: 'a' repeated, with byte i set to 'b' (i == len: none). */
+static void
+make_key(char *out, size_t len, size_t i)
+{
+    memset(out, 'a', len);
+    if (i < len) {
+        out[i] = 'b';
+    }
+}
+
+
+static void
+test_colliding_keys(void)
+{
+    char pool[MAX_LEN * (MAX_LEN + 1) * (MAX_LEN + 2)], key[MAX_LEN + 1];
+    uint32_t offs[MAX_LEN + 1][MAX_LEN + 1];
+    size_t used = 0, len, i;
+    mtable t = {NULL, 0, 0};
+
+    for (len = 1; len <= MAX_LEN; len++) {
+        for (i = 0; i <= len; i++) {
+            mentry *e = mtable_insert(&t, HASH);
+
+            CHECK(e != NULL);
+            if (e == NULL) {
+                return;
+            }
+            make_key(pool + used, len, i);
+            offs[len][i] = (uint32_t)used;
+            e->key_off = (uint32_t)used;
+            e->key_len = (uint32_t)len;
+            e->value = (uint32_t)(len * 100 + i);
+            used += len;
+        }
+    }
+    for (len = 1; len <= MAX_LEN; len++) {
+        for (i = 0; i <= len; i++) {
+            mentry *e;
+
+            make_key(key, len, i);
+            e = mtable_find(&t, HASH, 0, 0, pool, key, len);
+            CHECK(e != NULL && e->value == len * 100 + i && e->key_off == offs[len][i]);
+            key[len - 1] ^= 0x40; /* a key of this length that was never inserted, when it differs */
+            e = mtable_find(&t, HASH, 0, 0, pool, key, len);
+            CHECK(e == NULL || memcmp(pool + e->key_off, key, len) == 0);
+        }
+    }
+    mtable_free(&t);
+}
+
+
+int
+main(void)
+{
+    test_colliding_keys();
+    CHECK_DONE();
+}
