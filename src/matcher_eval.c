@@ -64,7 +64,7 @@ value_matches(const relay_match_state *st, const malt *a, const mocc *o)
 
     switch (a->kind) {
     case ALT_EQ_STR:
-        return o->type == RELAY_JSON_STRING && o->len == a->str_len && memcmp(o->str, lit, o->len) == 0;
+        return o->type == RELAY_JSON_STRING && o->len == a->str_len && same_bytes(o->str, lit, o->len);
     case ALT_EQ_NUM:
         return o->type == RELAY_JSON_NUMBER && o->num == a->num;
     case ALT_EQ_TRUE:
@@ -74,10 +74,10 @@ value_matches(const relay_match_state *st, const malt *a, const mocc *o)
     case ALT_EQ_NULL:
         return o->type == RELAY_JSON_NULL;
     case ALT_PREFIX:
-        return o->type == RELAY_JSON_STRING && o->len >= a->str_len && memcmp(o->str, lit, a->str_len) == 0;
+        return o->type == RELAY_JSON_STRING && o->len >= a->str_len && same_bytes(o->str, lit, a->str_len);
     case ALT_SUFFIX:
         return o->type == RELAY_JSON_STRING && o->len >= a->str_len
-               && memcmp(o->str + o->len - a->str_len, lit, a->str_len) == 0;
+               && same_bytes(o->str + o->len - a->str_len, lit, a->str_len);
     case ALT_CMP_NUM:
         return o->type == RELAY_JSON_NUMBER && compare(o->num, a->num, (cmp_op)a->op);
     case ALT_CMP_TIME:

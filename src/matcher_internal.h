@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MNONE UINT32_MAX
 /* Up to this many children, a node's keys are compared directly instead of
@@ -198,6 +199,43 @@ mgrow(void *data, size_t *cap, size_t need, size_t elem)
 {
     return need <= *cap ? 0 : mgrow_slow(data, cap, need, elem);
 }
+
+static inline uint64_t
+load64(const char *p)
+{
+    uint64_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+
+static inline uint32_t
+load32(const char *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+
+/* memcmp(a, b, len) == 0 for the short keys and literals the matcher
+ * compares (a hash-table hit, a candidate's literal), without a call: two
+ * loads from each end, which overlap when len is not a multiple of their
+ * width. */
+static inline int
+same_bytes(const char *a, const char *b, size_t len)
+{
+    if (len >= 8 && len <= 16) {
+        return load64(a) == load64(b) && load64(a + len - 8) == load64(b + len - 8);
+    }
+    if (len >= 4 && len < 8) {
+        return load32(a) == load32(b) && load32(a + len - 4) == load32(b + len - 4);
+    }
+    return memcmp(a, b, len) == 0;
+}
+
 
 uint64_t mhash(const void *key, size_t len, uint64_t seed);
 int mpool_add(relay_matcher *m, const char *s, size_t len, uint32_t *off);

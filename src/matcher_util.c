@@ -120,42 +120,6 @@ mtable_tag(uint64_t hash)
 }
 
 
-static inline uint64_t
-load64(const char *p)
-{
-    uint64_t v;
-
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-
-static inline uint32_t
-load32(const char *p)
-{
-    uint32_t v;
-
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-
-/* memcmp(a, b, len) == 0 for the short keys and literals a hit is confirmed
- * on, without a call: two loads from each end, which overlap when len is
- * not a multiple of their width. */
-static inline int
-same_bytes(const char *a, const char *b, size_t len)
-{
-    if (len >= 8 && len <= 16) {
-        return load64(a) == load64(b) && load64(a + len - 8) == load64(b + len - 8);
-    }
-    if (len >= 4 && len < 8) {
-        return load32(a) == load32(b) && load32(a + len - 4) == load32(b + len - 4);
-    }
-    return memcmp(a, b, len) == 0;
-}
-
-
 mentry *
 mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool, const char *key, size_t len)
 {
