@@ -67,7 +67,7 @@ function Registry:reload()
         return nil, err
     end
     local merged, changes = apps.merge(self.list, fresh)
-    local matcher, labels_or_err, rules = apps.build_matcher(merged)
+    local matcher, labels_or_err = apps.build_matcher(merged)
     if not matcher then
         return nil, labels_or_err
     end
@@ -78,7 +78,7 @@ function Registry:reload()
             { apps_dir = self.apps_dir })
     end
     self.loaded_fingerprint = fingerprint
-    self.list, self.matcher, self.labels, self.rules = merged, matcher, labels_or_err, rules
+    self.list, self.matcher, self.labels = merged, matcher, labels_or_err
     self.by_name = {}
     self.sources = {}
     for _, app in ipairs(merged) do

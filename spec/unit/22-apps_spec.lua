@@ -376,10 +376,8 @@ end)
 describe("build_matcher", function()
     it("adds every loaded app's rules in dispatch order with <app>/<handler> labels", function()
         local list = assert(apps.load_all(BASIC))
-        local m, labels, rules = assert(apps.build_matcher(list, matcher))
+        local m, labels = assert(apps.build_matcher(list, matcher))
         assert.are.same({ "alpha/users.created", "alpha/any.insert", "beta/users.all" }, labels)
-        assert.are.equal("alpha", rules[1].app.name)
-        assert.are.equal("users.created", rules[1].event.handler)
         -- Every matching rule, no deduplication, ascending = dispatch order.
         assert.are.same({ 0, 1, 2 }, m:match('{"event_name":"INSERT","table_name":"users"}', 1024, 0))
         assert.are.same({ 2 }, m:match('{"event_name":"UPDATE","table_name":"users"}', 1024, 0))
@@ -409,5 +407,15 @@ describe("build_matcher", function()
         assert.is_nil(m)
         assert.matches("^" .. BASIC:gsub("%p", "%%%0") .. "/beta/template%.yaml:%d+:%d+: the matcher refused "
             .. "this pattern: too deep$", err)
+        -- a rule within an app, counted across the apps before it
+        local list = assert(apps.load_all(BASIC))
+        local second = apps.find(list, "alpha").events[2]
+        refusing.new = function()
+            return { add_many = function() return nil, "too deep", 2 end, compile = function() return true end }
+        end
+        m, err = apps.build_matcher(list, refusing)
+        assert.is_nil(m)
+        assert.are.equal(string.format("%s/alpha/template.yaml:%d:%d: the matcher refused this pattern: too deep",
+            BASIC, second.line, second.col), err)
     end)
 end)
