@@ -364,21 +364,6 @@ plain_stops16_quotes(cursor p, unsigned *quotes)
     *quotes = (unsigned)_mm_movemask_epi8(quote);
     return (unsigned)_mm_movemask_epi8(stop);
 }
-
-
-/* plain_stops16_quotes for a key, and in *colons its ':' bytes. */
-static inline __attribute__((always_inline)) unsigned
-plain_stops16_key(cursor p, unsigned *quotes, unsigned *colons)
-{
-    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i quote = _mm_cmpeq_epi8(x, _mm_set1_epi8('"'));
-    __m128i stop = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-                                _mm_or_si128(quote, _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
-
-    *quotes = (unsigned)_mm_movemask_epi8(quote);
-    *colons = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(':')));
-    return (unsigned)_mm_movemask_epi8(stop);
-}
 #endif
 
 
@@ -1023,7 +1008,7 @@ scan_plain_pair(scanner *s, cursor p)
     cursor key = p + 1, key_end, v, from, to, after;
     relay_json_type type = RELAY_JSON_STRING;
     scan_error ignored;
-    unsigned mask, quotes, colons, k;
+    unsigned mask, quotes;
 
     /* 48 bytes hold both 16-byte loads below and what follows the value.
      * Off with the SIMD paths, so that tests have the general path to
@@ -1031,19 +1016,16 @@ scan_plain_pair(scanner *s, cursor p)
     if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"') {
         return NULL;
     }
-    mask = plain_stops16_key(key, &quotes, &colons);
+    mask = plain_stops16_quotes(key, &quotes);
     if (!(mask & -mask & quotes)) { /* no stop, or the first is not the closing quote */
         return NULL;
     }
-    k = (unsigned)__builtin_ctz(mask);
-    key_end = key + k;
+    key_end = key + __builtin_ctz(mask);
     v = key_end + 2;
-    /* The ':' and the value's first byte from the masks while they lie in the
-     * probe (a key under 14 bytes), rather than loads that wait for k. */
-    if (k < 15 ? !(colons >> (k + 1) & 1) : key_end[1] != ':') {
+    if (key_end[1] != ':') {
         return NULL;
     }
-    if (k < 14 ? quotes >> (k + 2) & 1 : *v == '"') {
+    if (*v == '"') {
         mask = plain_stops16_quotes(v + 1, &quotes);
         if (!(mask & -mask & quotes)) {
             return NULL;
