@@ -348,22 +348,6 @@ plain_stops16(cursor p)
 
     return (unsigned)_mm_movemask_epi8(stop);
 }
-
-
-/* plain_stops16, and in *quotes the '"' among them: whether the first stop
- * is a quote is then a bit test, not a load that waits for the count of
- * trailing zeros. */
-static inline __attribute__((always_inline)) unsigned
-plain_stops16_quotes(cursor p, unsigned *quotes)
-{
-    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m128i quote = _mm_cmpeq_epi8(x, _mm_set1_epi8('"'));
-    __m128i stop = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-                                _mm_or_si128(quote, _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
-
-    *quotes = (unsigned)_mm_movemask_epi8(quote);
-    return (unsigned)_mm_movemask_epi8(stop);
-}
 #endif
 
 
@@ -1008,16 +992,13 @@ scan_plain_pair(scanner *s, cursor p)
     cursor key = p + 1, key_end, v, from, to, after;
     relay_json_type type = RELAY_JSON_STRING;
     scan_error ignored;
-    unsigned mask, quotes;
+    unsigned mask;
 
     /* 48 bytes hold both 16-byte loads below and what follows the value.
      * Off with the SIMD paths, so that tests have the general path to
      * compare it with. */
-    if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"') {
-        return NULL;
-    }
-    mask = plain_stops16_quotes(key, &quotes);
-    if (!(mask & -mask & quotes)) { /* no stop, or the first is not the closing quote */
+    if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"' || !(mask = plain_stops16(key))
+        || key[__builtin_ctz(mask)] != '"') {
         return NULL;
     }
     key_end = key + __builtin_ctz(mask);
@@ -1026,8 +1007,7 @@ scan_plain_pair(scanner *s, cursor p)
         return NULL;
     }
     if (*v == '"') {
-        mask = plain_stops16_quotes(v + 1, &quotes);
-        if (!(mask & -mask & quotes)) {
+        if (!(mask = plain_stops16(v + 1)) || v[1 + __builtin_ctz(mask)] != '"') {
             return NULL;
         }
         from = v + 1;
