@@ -1,5 +1,6 @@
-/* line_reader: the lines of a file's byte range through pread (include/relay/line_reader.h). */
+/* line_reader: the lines of a file's byte range, through pread or a mapping (include/relay/line_reader.h). */
 #include "relay/line_reader.h"
+#include "relay/map_guard.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -7,9 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The first buffer: about an L2 cache, so that what a read copied is still
- * there when it is matched. It grows only for a line longer than this. */
-#define FIRST_CAP ((size_t)256 << 10)
 /* Past the range's end only the last line is wanted: read a little at a
  * time (at least as much again as the line already has). */
 #define MIN_TAIL ((size_t)4 << 10)
@@ -160,8 +158,8 @@ read_on(pass *s, size_t *i, relay_line_fn fn, void *ctx)
 /* How far past the line being handed over the mapping is kept prefetched.
  * The hardware's stream prefetchers do not cross a 4 KiB page, so each page
  * of a mapped file began with a miss to memory. Each cache line is prefetched
- * once: cl2-exact 107-109 ->
- * 102-105 ms of CPU (5 and 6 KiB about the same, 2 KiB and 8 KiB less). */
+ * once: cl2-exact 107-109 -> 102-105 ms of CPU (5 and 6 KiB about the same,
+ * 2 KiB and 8 KiB less). */
 #define PREFETCH_AHEAD 4096
 
 
@@ -176,15 +174,23 @@ prefetch_to(const char *done, const char *to)
 }
 
 
-/* Whether the file is now shorter than the mapping, once a line reaches
- * `tail`: the file's last page. A file cut short within that page raises no
- * SIGBUS; the bytes past its new end just read as zeros. */
+/* Whether the file is now shorter than when the scan began. */
 static int
-shrank_under(const relay_line_range *g, const char *at, const char *tail)
+file_shrank(const relay_line_range *g)
 {
     struct stat st;
 
-    return at >= tail && fstat(g->fd, &st) == 0 && st.st_size < g->size;
+    return fstat(g->fd, &st) == 0 && st.st_size < g->size;
+}
+
+
+/* Whether the file shrank, once a mapped line reaches `tail`: the file's last
+ * page. A file cut short within that page raises no SIGBUS; the bytes past
+ * its new end just read as zeros. */
+static int
+shrank_under(const relay_line_range *g, const char *at, const char *tail)
+{
+    return at >= tail && file_shrank(g);
 }
 
 
@@ -223,6 +229,41 @@ run_mapped(const relay_line_range *g, relay_line_fn fn, void *ctx)
 }
 
 
+typedef struct mapped_call {
+    const relay_line_range *g;
+    relay_line_fn fn;
+    void *ctx;
+} mapped_call;
+
+
+static int
+call_run_mapped(void *arg)
+{
+    mapped_call *c = arg;
+
+    return run_mapped(c->g, c->fn, c->ctx);
+}
+
+
+/* run_mapped with its reads guarded: a page that raised SIGBUS is a file cut
+ * short, or (the same size still) a page that could not be read in. */
+static int
+run_mapped_guarded(const relay_line_range *g, relay_line_fn fn, void *ctx)
+{
+    mapped_call c = {g, fn, ctx};
+    int faulted, rc = relay_map_guard_run(g->map, (size_t)g->size, call_run_mapped, &c, &faulted);
+
+    if (!faulted) {
+        return rc;
+    }
+    if (file_shrank(g)) {
+        return RELAY_LINES_SHRANK;
+    }
+    errno = EIO;
+    return RELAY_LINES_ERROR;
+}
+
+
 int
 relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_line_fn fn, void *ctx)
 {
@@ -232,9 +273,9 @@ relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_lin
     int rc = 0;
 
     if (g->map != NULL) {
-        return run_mapped(g, fn, ctx);
+        return run_mapped_guarded(g, fn, ctx);
     }
-    if (r->cap < FIRST_CAP && grow(r, FIRST_CAP) < 0) {
+    if (r->cap < RELAY_LINE_READER_PIECE && grow(r, RELAY_LINE_READER_PIECE) < 0) {
         return RELAY_LINES_NOMEM;
     }
     if (g->start > g->first && (rc = skip_to_first_line(&s, &i)) != 0) {

@@ -5,6 +5,7 @@
 #include "relay/map_guard.h"
 
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -82,8 +83,8 @@ relay_map_guard_release(void)
 }
 
 
-void
-relay_map_guard_arm(sigjmp_buf *env, const void *base, size_t len)
+static void
+arm(sigjmp_buf *env, const void *base, size_t len)
 {
     guard_base = base;
     guard_len = len;
@@ -92,9 +93,26 @@ relay_map_guard_arm(sigjmp_buf *env, const void *base, size_t len)
 }
 
 
-void
-relay_map_guard_disarm(void)
+static void
+disarm(void)
 {
     atomic_signal_fence(memory_order_seq_cst);
     guard_env = NULL;
+}
+
+
+int
+relay_map_guard_run(const void *base, size_t len, int (*fn)(void *ctx), void *ctx, int *faulted)
+{
+    sigjmp_buf env;
+    volatile int rc = -1;
+
+    *faulted = 1;
+    if (sigsetjmp(env, 1) == 0) {
+        arm(&env, base, len);
+        rc = fn(ctx);
+        *faulted = 0;
+    }
+    disarm();
+    return rc;
 }

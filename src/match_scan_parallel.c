@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define DEFAULT_CHUNK (1u << 20)
@@ -182,43 +181,6 @@ on_line(void *ctx, const char *text, size_t len)
 }
 
 
-/* Why a mapped file faulted: it shrank, or (the same size still) a page
- * could not be read in. */
-static int
-fault_cause(int fd, off_t size)
-{
-    struct stat st;
-
-    if (fstat(fd, &st) == 0 && st.st_size < size) {
-        return RELAY_LINES_SHRANK;
-    }
-    errno = EIO;
-    return RELAY_LINES_ERROR;
-}
-
-
-/* relay_line_reader_run, with a mapped file's SIGBUS turned into
- * RELAY_LINES_SHRANK or RELAY_LINES_ERROR (EIO). */
-static int
-read_lines(worker *w, const relay_line_range *range)
-{
-    sigjmp_buf env;
-    int rc;
-
-    if (range->map == NULL) {
-        return relay_line_reader_run(&w->reader, range, on_line, w);
-    }
-    if (sigsetjmp(env, 1) == 0) {
-        relay_map_guard_arm(&env, range->map, (size_t)range->size);
-        rc = relay_line_reader_run(&w->reader, range, on_line, w);
-    } else {
-        rc = fault_cause(range->fd, range->size);
-    }
-    relay_map_guard_disarm();
-    return rc;
-}
-
-
 /* Every line that starts in the chunk's range. */
 static void
 match_chunk(worker *w, chunk *c)
@@ -228,7 +190,7 @@ match_chunk(worker *w, chunk *c)
     int rc;
 
     w->at = c;
-    rc = read_lines(w, &range);
+    rc = relay_line_reader_run(&w->reader, &range, on_line, w);
     if (rc == RELAY_LINES_NOMEM) {
         c->oom = 1;
     } else if (rc == RELAY_LINES_SHRANK) {
@@ -409,23 +371,6 @@ consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_c
 }
 
 
-/* The caller's thread matches and replays each chunk in turn. */
-static int
-run_inline(pool *p, worker *w, const relay_match_scan_sink *sink, relay_match_scan_counts *counts,
-           enum failure *failure)
-{
-    size_t i;
-    int stop = 0;
-
-    for (i = 0; i < p->nchunks && !stop; i++) {
-        match_chunk(w, &p->chunks[i]);
-        p->chunks[i].done = 1;
-        stop = consume(p, i, sink, counts, failure);
-    }
-    return stop;
-}
-
-
 /* The caller's thread is one of the matching threads: between chunks of its
  * own it replays every chunk that is done, in order, and it only waits when
  * there is nothing to take. A caller that only waited was woken once per
@@ -504,8 +449,7 @@ match_all(pool *p, const relay_match_scan_sink *sink, relay_match_scan_counts *c
         ready = i + 1;
     }
     if (*failure == FAILED_NOT) {
-        stop = nthreads > 1 ? run_threads(p, workers, nthreads, sink, counts, failure)
-                            : run_inline(p, &workers[0], sink, counts, failure);
+        stop = run_threads(p, workers, nthreads, sink, counts, failure);
     }
     for (i = 0; i < ready; i++) {
         worker_free(&workers[i]);
@@ -525,24 +469,32 @@ unmap_file(pool *p)
 }
 
 
+typedef struct probe_call {
+    const pool *p;
+    char *buf;
+} probe_call;
+
+
+static int
+call_probe(void *arg)
+{
+    probe_call *c = arg;
+    const pool *p = c->p;
+
+    return relay_map_probe(p->fd, p->map, p->first & ~(off_t)(sysconf(_SC_PAGESIZE) - 1), p->size, c->buf);
+}
+
+
 /* Whether the mapping pays here, with the probe's own reads guarded (its
- * buffer allocated outside the guard, which a jump would leak). */
+ * buffer allocated outside the guard, which a fault would leak). */
 static int
 probe_guarded(const pool *p)
 {
-    char *buf = malloc(RELAY_MAP_PROBE_BUF);
-    sigjmp_buf env;
-    volatile int pays = 0;
+    probe_call c = {p, malloc(RELAY_MAP_PROBE_BUF)};
+    int faulted; /* then the result is -1: not mapped */
+    int pays = c.buf != NULL && relay_map_guard_run(p->map, (size_t)p->size, call_probe, &c, &faulted) > 0;
 
-    if (buf == NULL) {
-        return 0;
-    }
-    if (sigsetjmp(env, 1) == 0) {
-        relay_map_guard_arm(&env, p->map, (size_t)p->size);
-        pays = relay_map_probe(p->fd, p->map, p->first & ~(off_t)(sysconf(_SC_PAGESIZE) - 1), p->size, buf);
-    }
-    relay_map_guard_disarm();
-    free(buf);
+    free(c.buf);
     return pays;
 }
 

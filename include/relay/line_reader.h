@@ -11,9 +11,11 @@
  * 190 MB file: ~100 ms mapped vs ~25-35 ms through 256 KiB reads there,
  * 20 vs 27 ms on a KVM guest with hardware paging). src/map_probe.c tells
  * which way this host reads faster. A file that shrinks gives a short read;
- * mapped, a page past its new end raises SIGBUS (the caller guards it, see
- * include/relay/map_guard.h), and within its last page, where the bytes past
- * the new end read as zeros, run checks the size before handing a line over.
+ * mapped, a page past its new end raises SIGBUS, which run turns into the
+ * same result (the mapping's owner holds the guard of
+ * include/relay/map_guard.h while it lives), and within its last page, where
+ * the bytes past the new end read as zeros, run checks the size before
+ * handing a line over.
  */
 #ifndef RELAY_LINE_READER_H
 #define RELAY_LINE_READER_H
@@ -23,9 +25,14 @@
 
 /* relay_line_reader_run's results (other than 0: every line was handed over). */
 #define RELAY_LINES_STOPPED 1   /* the callback asked to stop */
-#define RELAY_LINES_ERROR (-1)  /* a read failed: errno says why */
+#define RELAY_LINES_ERROR (-1)  /* a read failed (mapped: a page could not be read in): errno says why */
 #define RELAY_LINES_SHRANK (-2) /* the file ended before `size` */
 #define RELAY_LINES_NOMEM (-3)  /* the buffer could not grow */
+
+/* How much one read takes: about an L2 cache, so that what a read copied is
+ * still there when it is matched. The buffer starts this large and grows only
+ * for a longer line. */
+#define RELAY_LINE_READER_PIECE ((size_t)256 << 10)
 
 typedef struct relay_line_reader {
     char *buf;

@@ -12,14 +12,17 @@
 #ifndef RELAY_MAP_PROBE_H
 #define RELAY_MAP_PROBE_H
 
+#include "relay/line_reader.h"
+
 #include <stddef.h>
 #include <sys/types.h>
 
 /* Below this size the probe's own cost is not worth it: such files are read. */
 #define RELAY_MAP_PROBE_MIN ((off_t)8 << 20)
 
-/* The scratch buffer relay_map_probe reads into. */
-#define RELAY_MAP_PROBE_BUF ((size_t)256 << 10)
+/* The scratch buffer relay_map_probe reads into: the reads it times are the
+ * line reader's. */
+#define RELAY_MAP_PROBE_BUF RELAY_LINE_READER_PIECE
 
 /* 1 when reading `map` (fd's bytes [0, size) mapped) from `from` on is no
  * slower than about 1.5 times reading fd with pread, else 0: also when fewer
