@@ -3,6 +3,7 @@
 -- that kill every process, bounded memory under an output flood, and the
 -- orphan sweep after a killed daemon.
 local cli = require("helpers.cli")
+local tables = require("helpers.tables")
 local fs = require("relay.fs")
 local loop = require("relay.core.loop")
 local proc = require("relay.core.proc")
@@ -213,11 +214,7 @@ maybe("runc driver", function()
     end)
 
     it("reports 125 when the host cannot start the container", function()
-        local env = {}
-        for k, v in pairs(ENV) do
-            env[k] = v
-        end
-        env.PATH = "/nonexistent"
+        local env = tables.merged(ENV, { PATH = "/nonexistent" })
         local r = cli.run({ "app", "invoke", "probe", "env", "--event", "{}", "--runtime", "runc" }, env)
         -- runc is not found: the app is unavailable, never a handler failure
         assert.are.equal(125, r.code, r.stderr)

@@ -8,6 +8,7 @@ local keys = require("relay.keys")
 local loop = require("relay.core.loop")
 local redis = require("relay.redis")
 local redis_server = require("helpers.redis")
+local tables = require("helpers.tables")
 
 local EVERY_MS = 20
 
@@ -26,11 +27,7 @@ describe("the consumer guard", function()
     end)
 
     it("beats no more once released, so the name stays given up", function()
-        local c = {}
-        for k, v in pairs(constants) do
-            c[k] = v
-        end
-        c.heartbeat_every_ms, c.heartbeat_ttl_ms = EVERY_MS, 60 * 1000
+        local c = tables.merged(constants, { heartbeat_every_ms = EVERY_MS, heartbeat_ttl_ms = 60 * 1000 })
         local g = guard.new({ client = r, stream = "events", consumer = "c1", instance = "i1", constants = c,
             shutdown = {} })
         g:claim()

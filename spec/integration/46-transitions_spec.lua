@@ -7,19 +7,13 @@ local daemon = require("helpers.daemon")
 local lifecycle = require("relay.lifecycle")
 local redis = require("relay.redis")
 local redis_server = require("helpers.redis")
+local tables = require("helpers.tables")
 
 local TTL_MS = 20  -- heartbeat TTL of these specs: a consumer is dead after 10 of them
 
 
 local function with(overrides)
-    local c = {}
-    for k, v in pairs(constants) do
-        c[k] = v
-    end
-    for k, v in pairs(overrides or {}) do
-        c[k] = v
-    end
-    return c
+    return tables.merged(constants, overrides)
 end
 
 
