@@ -12,6 +12,7 @@
 #include <lualib.h>
 
 #include "lua_common.h"
+#include "lua_rule_block.h"
 #include "lua_stream_batch.h"
 
 #include <stdio.h>
@@ -122,6 +123,30 @@ l_add_many(lua_State *L)
         lua_pop(L, 1);
     }
     lua_pushinteger(L, (lua_Integer)n);
+    return 1;
+}
+
+
+/*** @function m:add_rules(block)
+ * As add_many, for the rules of a rule block (yaml.load_app's bulk form). */
+static int
+l_add_rules(lua_State *L)
+{
+    relay_matcher **box = check_box(L);
+    const relay_rule_block *block = relay_lua_check_rule_block(L, 2);
+    char err[256];
+    size_t i;
+
+    for (i = 0; i < block->count; i++) {
+        if (relay_matcher_add(*box, relay_rule_block_json(block, i), block->entries[i].json_len, err, sizeof(err))
+            < 0) {
+            lua_pushnil(L);
+            lua_pushstring(L, err);
+            lua_pushinteger(L, (lua_Integer)i + 1);
+            return 3;
+        }
+    }
+    lua_pushinteger(L, (lua_Integer)block->count);
     return 1;
 }
 
@@ -478,8 +503,10 @@ l_tostring(lua_State *L)
 
 
 static const luaL_Reg methods[] = {
-    {"add", l_add},   {"add_many", l_add_many},   {"compile", l_compile}, {"count", l_count}, {"match", l_match},
-    {"scan", l_scan}, {"__tostring", l_tostring}, {"__gc", l_gc},         {NULL, NULL},
+    {"add", l_add},         {"add_many", l_add_many},   {"add_rules", l_add_rules},
+    {"compile", l_compile}, {"count", l_count},         {"match", l_match},
+    {"scan", l_scan},       {"__tostring", l_tostring}, {"__gc", l_gc},
+    {NULL, NULL},
 };
 
 static const luaL_Reg functions[] = {

@@ -9,12 +9,15 @@
  * nil cannot sit in a table.
  */
 #include "relay/pattern_compile.h"
+#include "relay/rule_block.h"
 #include "relay/yaml_doc.h"
 
 #include <lauxlib.h>
 #include <lua.h>
 
 #include <string.h>
+
+#include "lua_rule_block.h"
 
 #define TREE_GUARD "relay.core.yaml.tree"
 
@@ -43,12 +46,13 @@ enum {
     S_PATTERN_JSON,
     S_TIMEOUT,
     S_RETRIES,
+    S_RULES,
     S_COUNT
 };
 
 static const char *const slot_names[S_COUNT] = {
     "kind", "line", "col",   "value",   "text",         "quoted",      "keys",         "values",  "items",   "scalar",
-    "map",  "seq",  "event", "handler", "handler_line", "handler_col", "pattern_json", "timeout", "retries",
+    "map",  "seq",  "event", "handler", "handler_line", "handler_col", "pattern_json", "timeout", "retries", "rules",
 };
 
 typedef struct {
@@ -243,14 +247,67 @@ push_event_entry(const tree_ctx *t, const relay_yaml_node *entry, relay_pattern_
 }
 
 
-/* The root of an app template: as push_node, but the items of the events list go
- * through push_event_entry. */
+/* Owns the C tree, the JSON buffer and a rule block not yet handed to Lua while Lua
+ * tables are built: conversion may raise (out of memory), and then __gc frees them. */
+typedef struct {
+    relay_yaml_node *root;
+    relay_pattern_buf buf;
+    relay_rule_block rules;
+} load_guard;
+
+
 static void
-push_app_root(const tree_ctx *t, const relay_yaml_node *root, relay_pattern_buf *b)
+guard_release(load_guard *g)
+{
+    relay_yaml_free(g->root);
+    g->root = NULL;
+    relay_pattern_buf_free(&g->buf);
+    relay_rule_block_free(&g->rules);
+}
+
+
+/* The items of the events list, each through push_event_entry. */
+static void
+push_events(const tree_ctx *t, const relay_yaml_node *events, relay_pattern_buf *b)
+{
+    size_t j;
+
+    lua_createtable(t->L, 0, 4);
+    set_mark(t, events, S_SEQ);
+    lua_createtable(t->L, (int)events->count, 0);
+    for (j = 0; j < events->count; j++) {
+        push_event_entry(t, events->items[j], b);
+        lua_rawseti(t->L, -2, (int)j + 1);
+    }
+    set_slot(t, S_ITEMS);
+}
+
+
+/* The whole events list as one rule block when it qualifies (include/relay/
+ * rule_block.h): {kind="rules", line=, col=, rules=<block>}; else as push_events. */
+static void
+push_events_bulk(const tree_ctx *t, const relay_yaml_node *events, load_guard *g)
+{
+    if (relay_rule_block_build(&g->rules, events, &g->buf) != 0) {
+        push_events(t, events, &g->buf);
+        return;
+    }
+    lua_createtable(t->L, 0, 4);
+    set_mark(t, events, S_RULES);
+    lua_pushvalue(t->L, t->base + S_RULES);
+    relay_lua_push_rule_block(t->L, &g->rules);
+    lua_rawset(t->L, -3);
+}
+
+
+/* The root of an app template: as push_node, but the events list goes through
+ * push_events, or push_events_bulk for a bulk load. */
+static void
+push_app_root(const tree_ctx *t, const relay_yaml_node *root, load_guard *g, int bulk)
 {
     lua_State *L = t->L;
     const relay_yaml_node *key, *value;
-    size_t i, j;
+    size_t i;
 
     if (root->kind != RELAY_YAML_MAP) {
         push_node(t, root);
@@ -267,36 +324,14 @@ push_app_root(const tree_ctx *t, const relay_yaml_node *root, relay_pattern_buf 
         lua_rawseti(L, -3, (int)i + 1);
         if (value->kind != RELAY_YAML_SEQ || key->len != 6 || memcmp(key->text, "events", 6) != 0) {
             push_node(t, value);
+        } else if (bulk) {
+            push_events_bulk(t, value, g);
         } else {
-            lua_createtable(L, 0, 4);
-            set_mark(t, value, S_SEQ);
-            lua_createtable(L, (int)value->count, 0);
-            for (j = 0; j < value->count; j++) {
-                push_event_entry(t, value->items[j], b);
-                lua_rawseti(L, -2, (int)j + 1);
-            }
-            set_slot(t, S_ITEMS);
+            push_events(t, value, &g->buf);
         }
         lua_rawseti(L, -2, (int)i + 1);
     }
     set_map_lists(t);
-}
-
-
-/* Owns the C tree and the JSON buffer while Lua tables are built: conversion may raise
- * (out of memory), and then __gc frees them. */
-typedef struct {
-    relay_yaml_node *root;
-    relay_pattern_buf buf;
-} load_guard;
-
-
-static void
-guard_release(load_guard *g)
-{
-    relay_yaml_free(g->root);
-    g->root = NULL;
-    relay_pattern_buf_free(&g->buf);
 }
 
 
@@ -319,6 +354,7 @@ push_empty_document(lua_State *L)
 }
 
 
+/* app: 0 a plain document, 1 an app template, 2 an app template for a bulk load. */
 static int
 load_common(lua_State *L, int app)
 {
@@ -345,7 +381,7 @@ load_common(lua_State *L, int app)
     lua_setmetatable(L, -2);
     push_slots(L, &t);
     if (app) {
-        push_app_root(&t, root, &guard->buf);
+        push_app_root(&t, root, guard, app == 2);
     } else {
         push_node(&t, root);
     }
@@ -371,16 +407,19 @@ lua_yaml_load(lua_State *L)
 
 
 /***
- * @function yaml.load_app(text)
+ * @function yaml.load_app(text[, bulk])
  * As yaml.load, for an app template: each entry of the root map's events list that
  * is certainly valid comes back precompiled as
  * {kind="event", line, col, handler, handler_line, handler_col, pattern_json,
  * timeout=<node|nil>, retries=<node|nil>}; every other entry is a plain node.
+ * @param {boolean} bulk for a bulk load (relay match): an events list that qualifies
+ *   (include/relay/rule_block.h) comes back whole as {kind="rules", line, col,
+ *   rules=<rule block: #rules, rules:handler(i), rules:pattern(i), rules:mark(i)>}
  */
 static int
 lua_yaml_load_app(lua_State *L)
 {
-    return load_common(L, 1);
+    return load_common(L, lua_toboolean(L, 2) ? 2 : 1);
 }
 
 
@@ -411,6 +450,7 @@ luaopen_relay_core_yaml(lua_State *L)
 {
     static const luaL_Reg funcs[] = {{"load", lua_yaml_load}, {"load_app", lua_yaml_load_app}, {NULL, NULL}};
 
+    relay_lua_rule_block_register(L);
     luaL_newmetatable(L, TREE_GUARD);
     lua_pushcfunction(L, lua_yaml_guard_gc);
     lua_setfield(L, -2, "__gc");

@@ -3,9 +3,9 @@
 --
 -- This is the one app-loading module (CLI commands, the worker and the runtime all use it).
 --
---   apps.load_all(dir)          -> list of apps sorted by name, or nil, err (dir unreadable)
+--   apps.load_all(dir[, opts])  -> list of apps sorted by name, or nil, err (dir unreadable)
 --   apps.load_app(dir, name)    -> app, or nil, err when there is no such app directory
---   apps.validate(text, path, name, app_dir) -> app (pure: no I/O)
+--   apps.validate(text, path, name, app_dir[, opts]) -> app (pure: no I/O)
 --   apps.merge(previous, fresh) -> merged list, changes   (the reload seam)
 --   apps.build_matcher(list[, matcher_module]) -> matcher, labels | nil, err
 --   apps.find(list, name)       -> app or nil
@@ -24,6 +24,10 @@
 --     concurrency (nil = MAX_CONCURRENCY),
 --     warm (nil = default pool size, 0 = cold starts only, N = at most N pre-created containers),
 --     events = { {handler, pattern_json, timeout_ms, retries, line, col} ... },
+--     rules (only with opts.bulk, for commands that just match: instead of events when
+--            every entry is a plain handler and pattern, the list as one rule block
+--            (yaml.load_app's bulk form: #rules, rules:handler(i), rules:pattern(i), rules:mark(i)), whose
+--            load builds no Lua value per rule; apps.build_matcher takes either),
 --     schedules = { {name, handler, cron, every_ms, timezone (IANA name or nil),
 --                    zone (relay.tzif, with timezone), payload, payload_json, timeout_ms,
 --                    retries, line, col} ... },
@@ -789,7 +793,12 @@ local function validate_root(ctx, root, app)
     app.concurrency = conc and collecting(ctx, validate_concurrency, conc) or nil
     local warm = field(root, "warm")
     app.warm = warm and collecting(ctx, validate_warm, warm) or nil
-    app.events = validate_entries(ctx, root, "events", validate_event)
+    local events = field(root, "events")
+    if events and events.kind == "rules" then
+        app.rules = events.rules -- every entry already checked (src/lua_yaml.c)
+    else
+        app.events = validate_entries(ctx, root, "events", validate_event)
+    end
     app.schedules = validate_entries(ctx, root, "schedules", validate_schedule)
 end
 
@@ -805,14 +814,16 @@ end
 local function invalid(app, err)
     app.state, app.error = "invalid", err
     app.runtime, app.concurrency, app.warm, app.events, app.schedules = nil, nil, nil, {}, {}
+    app.rules = nil
     return app
 end
 
 
---- Validate template text (pure). `path` is used in errors as given.
-function _M.validate(text, path, name, app_dir)
+--- Validate template text (pure). `path` is used in errors as given; opts.bulk: see
+-- app.rules above.
+function _M.validate(text, path, name, app_dir, opts)
     local app = { name = name, dir = app_dir, path = path, source = text }
-    local root, err = yaml.load_app(text, path)
+    local root, err = yaml.load_app(text, path, opts and opts.bulk)
     if not root then
         return invalid(app, err)
     end
@@ -888,7 +899,7 @@ end
 
 
 --- Load one app directory `<apps_dir>/<name>`; never raises on a bad template.
-local function load_dir_entry(apps_dir, name)
+local function load_dir_entry(apps_dir, name, opts)
     local app_dir = join(apps_dir, name)
     local path = join(app_dir, "template.yaml")
     local app = { name = name, dir = app_dir, path = path }
@@ -907,13 +918,13 @@ local function load_dir_entry(apps_dir, name)
         end
         return invalid(app, string.format("%s: cannot read: %s", path, err))
     end
-    return _M.validate(text, path, name, app_dir)
+    return _M.validate(text, path, name, app_dir, opts)
 end
 
 
---- Load every app under `apps_dir`, sorted by name.
+--- Load every app under `apps_dir`, sorted by name; opts.bulk: see app.rules above.
 -- @return list, or nil, err when the directory itself cannot be read
-function _M.load_all(apps_dir)
+function _M.load_all(apps_dir, opts)
     local names, err = list_dir(apps_dir)
     if not names then
         return nil, string.format("apps directory %s: %s", apps_dir, err)
@@ -921,7 +932,7 @@ function _M.load_all(apps_dir)
     local list = {}
     for _, name in ipairs(names) do
         if name:sub(1, 1) ~= "." and is_dir(join(apps_dir, name)) then
-            list[#list + 1] = load_dir_entry(apps_dir, name)
+            list[#list + 1] = load_dir_entry(apps_dir, name, opts)
         end
     end
     return list
@@ -991,8 +1002,7 @@ function _M.merge(previous, fresh)
 end
 
 
---- Every loaded ("ok") app's rules in dispatch order (apps by name, rules in declaration
--- order): their pattern JSON and labels ("<app>/<handler>"), and the apps in that order.
+--- Every loaded ("ok") app in dispatch order (by name).
 local function dispatch_order(list)
     local ordered = {}
     for _, app in ipairs(list) do
@@ -1001,48 +1011,84 @@ local function dispatch_order(list)
         end
     end
     table.sort(ordered, function(a, b) return a.name < b.name end)
-    local jsons, labels = {}, {}
-    for _, app in ipairs(ordered) do
-        local prefix = app.name .. "/"
-        for _, ev in ipairs(app.events) do
-            jsons[#jsons + 1] = ev.pattern_json
-            labels[#jsons] = prefix .. ev.handler
-        end
-    end
-    return jsons, labels, ordered
+    return ordered
 end
 
 
---- The app and event entry of rule `index` (1-based, dispatch order).
-local function rule_at(ordered, index)
-    for _, app in ipairs(ordered) do
-        if index <= #app.events then
-            return app, app.events[index]
+--- Adds an app's rules to m and their labels ("<app>/<handler>") to labels from
+-- labels[base + 1]. A rule block's labels are made when first read (lazy_labels): only
+-- the rules that match need one.
+-- @return the number of rules, or nil, err, index (1-based, in the app) of a refused rule
+local function add_app(m, app, labels, base, lazy)
+    if app.rules then
+        local added, err, index = m:add_rules(app.rules)
+        if added then
+            lazy[#lazy + 1] = { base = base, count = added, prefix = app.name .. "/", rules = app.rules }
         end
-        index = index - #app.events
+        return added, err, index
     end
+    local jsons, prefix = {}, app.name .. "/"
+    for i, ev in ipairs(app.events) do
+        jsons[i] = ev.pattern_json
+        labels[base + i] = prefix .. ev.handler
+    end
+    -- One C call for the app's rules, so this loop calls no C and LuaJIT compiles it.
+    return m:add_many(jsons)
 end
 
 
---- One matcher over every loaded app, rule ids in dispatch order:
--- labels[id + 1] = "<app>/<handler>". Nothing else is kept per rule: a table each
--- was a sixth of loading 10,000 rules, and nothing read it.
+--- labels[id] for the ids of rule blocks, made on first read and kept.
+local function lazy_labels(labels, blocks)
+    if #blocks == 0 then
+        return labels
+    end
+    return setmetatable(labels, { __index = function(t, id)
+        if type(id) ~= "number" then
+            return nil
+        end
+        for _, b in ipairs(blocks) do
+            local i = id - b.base
+            if i >= 1 and i <= b.count and i % 1 == 0 then
+                local label = b.prefix .. b.rules:handler(i)
+                rawset(t, id, label)
+                return label
+            end
+        end
+    end })
+end
+
+
+--- Where rule `index` of an app was written: line, col.
+local function rule_mark(app, index)
+    if app.rules then
+        return app.rules:mark(index)
+    end
+    local ev = app.events[index]
+    return ev.line, ev.col
+end
+
+
+--- One matcher over every loaded app, rule ids in dispatch order (apps by name, rules
+-- in declaration order): labels[id + 1] = "<app>/<handler>". Nothing else is kept per
+-- rule: a table each was a sixth of loading 10,000 rules, and nothing read it.
 -- @return matcher, labels, or nil, err
 function _M.build_matcher(list, matcher_module)
     local m = (matcher_module or require("relay.core.matcher")).new()
-    local jsons, labels, ordered = dispatch_order(list)
-    -- One C call for every rule, so dispatch_order's loop calls no C and LuaJIT compiles it.
-    local added, add_err, index = m:add_many(jsons)
-    if not added then
-        local app, ev = rule_at(ordered, index)
-        return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", app.path, ev.line, ev.col,
-            add_err)
+    local labels, blocks, base = {}, {}, 0
+    for _, app in ipairs(dispatch_order(list)) do
+        local added, add_err, index = add_app(m, app, labels, base, blocks)
+        if not added then
+            local line, col = rule_mark(app, index)
+            return nil, string.format("%s:%d:%d: the matcher refused this pattern: %s", app.path, line, col,
+                add_err)
+        end
+        base = base + added
     end
     local ok, err = m:compile()
     if ok == nil and err then
         return nil, err
     end
-    return m, labels
+    return m, lazy_labels(labels, blocks)
 end
 
 return _M

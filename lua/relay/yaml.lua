@@ -36,11 +36,13 @@ end
 --   {kind="event", line=, col=, handler=, handler_line=, handler_col=, pattern_json=,
 --    timeout=<node or nil>, retries=<node or nil>}
 -- (pattern_json as relay.pattern.compile would return it); all others are plain nodes.
+-- bulk: for a command that only matches, an events list whose every entry is a plain
+-- handler and pattern comes back whole as {kind="rules", line=, col=, rules=<rule block>}.
 -- (A binary built before load_app existed gets plain nodes: same results, slower.)
 local core_load_app = core.load_app or core.load
 
-function _M.load_app(text, file)
-    local root, err = core_load_app(text)
+function _M.load_app(text, file, bulk)
+    local root, err = core_load_app(text, bulk)
     if not root then
         return nil, (file or "<yaml>") .. ":" .. err
     end

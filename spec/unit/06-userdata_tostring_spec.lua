@@ -22,7 +22,7 @@ describe("userdata classes", function()
         table.sort(classes)
         assert.are.same({
             "relay.core.http.server", "relay.core.matcher", "relay.core.proc.handle", "relay.core.udp.socket",
-            "relay.core.yaml.tree", "relay.redis.async", "relay.redis.stream_batch", "relay.redis.sync",
+            "relay.core.yaml.rules", "relay.core.yaml.tree", "relay.redis.async", "relay.redis.stream_batch", "relay.redis.sync",
         }, classes)
     end)
 
@@ -31,6 +31,10 @@ describe("userdata classes", function()
         assert.are.equal("relay.core.matcher (0 rules)", tostring(m))
         m:add('{"a":[{"eq":1}]}')
         assert.are.equal("relay.core.matcher (1 rule)", tostring(m))
+
+        local rules = require("relay.yaml").load_app("events:\n  - handler: h\n    pattern: {a: [1]}\n",
+            "t.yaml", true).values[1].rules
+        assert.are.equal("relay.core.yaml.rules (1 rule)", tostring(rules))
 
         local sock = assert(require("relay.core.udp").open("127.0.0.1", 9))
         assert.are.equal("relay.core.udp.socket (sent 0, dropped 0)", tostring(sock))

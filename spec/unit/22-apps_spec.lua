@@ -384,6 +384,40 @@ describe("build_matcher", function()
         assert.are.same({}, m:match('{"event_name":"DELETE"}', 1024, 0))
     end)
 
+    it("takes a bulk load's rule blocks: the same ids, labels made when first read", function()
+        local list = assert(apps.load_all(BASIC, { bulk = true }))
+        assert.is_nil(apps.find(list, "alpha").rules) -- timeout and retries: the ordinary load
+        assert.is_not_nil(apps.find(list, "beta").rules)
+        local m, labels = assert(apps.build_matcher(list, matcher))
+        assert.are.same({ "alpha/users.created", "alpha/any.insert" }, labels) -- beta's label not made yet
+        assert.are.equal("beta/users.all", labels[3])
+        assert.are.equal("beta/users.all", rawget(labels, 3))
+        assert.is_nil(labels[4])
+        assert.is_nil(labels[2.5])
+        assert.is_nil(labels.x)
+        assert.are.same({ 0, 1, 2 }, m:match('{"event_name":"INSERT","table_name":"users"}', 1024, 0))
+        assert.are.same({ 2 }, m:match('{"event_name":"UPDATE","table_name":"users"}', 1024, 0))
+    end)
+
+    it("names the template line of a pattern refused from a rule block", function()
+        local list = assert(apps.load_all(BASIC, { bulk = true }))
+        local refusing = {
+            new = function()
+                return {
+                    add_many = function(_, jsons) return #jsons end,
+                    add_rules = function() return nil, "too deep", 1 end,
+                    compile = function() return true end,
+                }
+            end,
+        }
+        local m, err = apps.build_matcher(list, refusing)
+        assert.is_nil(m)
+        local line, col = apps.find(list, "beta").rules:mark(1)
+        assert.are.same({ 5, 5 }, { line, col })
+        assert.are.equal(string.format("%s/beta/template.yaml:5:5: the matcher refused this pattern: too deep",
+            BASIC), err)
+    end)
+
     it("sorts apps by name even when given out of order", function()
         local list = assert(apps.load_all(BASIC))
         local reversed = {}
@@ -395,10 +429,18 @@ describe("build_matcher", function()
     end)
 
     it("names the template line of a pattern the matcher refuses", function()
+        -- refuses the third rule of all: beta's only one
         local refusing = {
             new = function()
+                local added = 0
                 return {
-                    add_many = function(_, jsons) return nil, "too deep", #jsons end,
+                    add_many = function(_, jsons)
+                        if added + #jsons >= 3 then
+                            return nil, "too deep", 3 - added
+                        end
+                        added = added + #jsons
+                        return #jsons
+                    end,
                     compile = function() return true end,
                 }
             end,

@@ -148,3 +148,98 @@ describe("yaml.load_app", function()
         end
     end)
 end)
+
+
+describe("yaml.load_app's bulk form (a rule block per events list)", function()
+    local function ordinary(text)
+        return apps.validate(text, "t.yaml", "x", "/x")
+    end
+
+    local function bulk(text)
+        return apps.validate(text, "t.yaml", "x", "/x", { bulk = true })
+    end
+
+    --- A rule block as the ordinary load's events list.
+    local function as_events(rules)
+        local out = {}
+        for i = 1, #rules do
+            local line, col = rules:mark(i)
+            out[i] = { handler = rules:handler(i), pattern_json = rules:pattern(i), line = line, col = col,
+                timeout_ms = apps.DEFAULT_TIMEOUT_MS, retries = apps.DEFAULT_RETRIES }
+        end
+        return out
+    end
+
+    --- The bulk load of text: the ordinary load's app, its rules a block or not.
+    local function check_agrees(text)
+        local want, got = ordinary(text), bulk(text)
+        local rules = got.rules
+        if rules then
+            assert.are.same(want.events, as_events(rules), text)
+            assert.is_nil(got.events, text)
+            got.rules, got.events = nil, want.events
+        end
+        assert.are.same(want, got, text)
+        return rules
+    end
+
+    it("gives the ordinary load's rules, or leaves the list to the ordinary load", function()
+        local blocks = 0
+        for _, entry in ipairs(ENTRIES) do
+            for _, p in ipairs(PATTERNS) do
+                local text = template(entry, p) .. "  - handler: second\n    pattern: {b: [1]}\n"
+                if check_agrees(text) then
+                    blocks = blocks + 1
+                end
+            end
+        end
+        assert.is_true(blocks > 50, "a block was made " .. blocks .. " times")
+    end)
+
+    it("leaves duplicate handlers, timeout, retries and an empty list to the ordinary load", function()
+        local one = "  - handler: h\n    pattern: {a: [1]}\n"
+        local base = "runtime: {image: host}\nevents:\n"
+        assert.is_not_nil(check_agrees(base .. one))
+        for _, text in ipairs({
+            base .. one .. one,
+            base .. one .. "    timeout: 5s\n",
+            base .. one .. "    retries: 0\n",
+            base .. one .. "  - handler: g\n    pattern: {a: [1]}\n    timeout: 20\n",
+            base .. "  []\n",
+        }) do
+            assert.is_nil(check_agrees(text), text)
+        end
+        local dup = bulk(base .. one .. one)
+        assert.are.equal('t.yaml:5:14: duplicate event handler "h" (first at 3:14); handler names are '
+            .. "unique within an app", dup.error)
+        assert.is_nil(dup.rules)
+    end)
+
+    it("drops the block of an app that is invalid for another reason", function()
+        local app = bulk("runtime: {image: host, memory: 1}\nevents:\n  - handler: h\n    pattern: {a: [1]}\n")
+        assert.are.equal("invalid", app.state)
+        assert.is_nil(app.rules)
+        assert.are.same({}, app.events)
+    end)
+
+    it("holds every benchmark rule as the ordinary load does", function()
+        local here = debug.getinfo(1, "S").source:sub(2):match("^(.*)/[^/]*$")
+        for _, name in ipairs({ "cl2-prefix", "ours-subset", "many-mixed-1k", "many-exact-10k" }) do
+            local path = here .. "/../../tests/bench/patterns/" .. name .. "/bench/template.yaml"
+            local fh = assert(io.open(path, "rb"))
+            local rules = check_agrees(fh:read("*a"))
+            fh:close()
+            assert.is_not_nil(rules, name)
+        end
+    end)
+
+    it("numbers its rules from 1 and refuses others", function()
+        local rules = bulk("events:\n  - handler: h\n    pattern: {a: [1]}\n").rules
+        assert.are.equal(1, #rules)
+        assert.are.equal("h", rules:handler(1))
+        assert.are.same({ 2, 5 }, { rules:mark(1) })
+        assert.has_error(function() rules:handler(0) end)
+        assert.has_error(function() rules:pattern(2) end)
+        assert.has_error(function() rules.mark({}, 1) end)
+    end)
+end)

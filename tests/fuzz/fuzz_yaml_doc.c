@@ -1,9 +1,11 @@
 /* libFuzzer target for the C YAML layer: any input must either parse into a tree whose
  * marks are sane and whose scalars resolve, or fail with a "line:col: " error; and
  * whenever the fast path (src/yaml_fast.c) reads an input, libyaml alone must read
- * the same tree from it. */
+ * the same tree from it. A sequence is also read as an events list: a rule block
+ * made of it holds each entry as pattern_compile compiles it alone. */
 #include "../../src/yaml_fast.h"
 #include "../common/yaml_same_tree.h"
+#include "relay/rule_block.h"
 #include "relay/yaml_doc.h"
 
 #include <stdint.h>
@@ -57,6 +59,34 @@ check_fast_path(const char *text, size_t size)
 }
 
 
+static void
+check_rule_block(const relay_yaml_node *root)
+{
+    relay_rule_block block;
+    relay_pattern_buf buf = {0};
+    relay_pattern_entry e;
+    size_t i;
+
+    if (root->kind != RELAY_YAML_SEQ || relay_rule_block_build(&block, root, &buf) != 0) {
+        relay_pattern_buf_free(&buf);
+        return;
+    }
+    if (block.count != root->count) {
+        abort();
+    }
+    for (i = 0; i < block.count; i++) {
+        if (relay_pattern_compile_entry(root->items[i], &e, &buf) != 0
+            || strcmp(relay_rule_block_json(&block, i), buf.data) != 0
+            || strlen(relay_rule_block_handler(&block, i)) != block.entries[i].handler_len
+            || block.entries[i].line != root->items[i]->line) {
+            abort();
+        }
+    }
+    relay_rule_block_free(&block);
+    relay_pattern_buf_free(&buf);
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -69,6 +99,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (relay_yaml_parse((const char *)data, size, &root, err, sizeof(err)) == 0) {
         if (root != NULL) {
             walk(root, 0);
+            check_rule_block(root);
         }
         relay_yaml_free(root);
         return 0;

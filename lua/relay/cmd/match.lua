@@ -67,7 +67,7 @@ local function build(args, cfg)
         return m, { "match" }
     end
     prepare_bulk_load(cfg.apps)
-    local list, err = apps.load_all(cfg.apps)
+    local list, err = apps.load_all(cfg.apps, { bulk = true })
     if not list then
         exit.env(err)
     end
@@ -117,10 +117,15 @@ local function match_printer(args, labels)
     end
     local out, buf = io.stdout, string_buffer.new()
     if args.json then
-        local quoted = {}
-        for i, label in ipairs(labels) do
-            quoted[i] = log.json_quote(label)
-        end
+        -- Quoted when first printed: labels may be made on first read too (apps.build_matcher).
+        local quoted = setmetatable({}, { __index = function(t, id)
+            local label = labels[id]
+            if label == nil then
+                return nil
+            end
+            t[id] = log.json_quote(label)
+            return t[id]
+        end })
         return function(lines, ids, n)
             for i = 1, n do
                 if args.pattern then
