@@ -22,7 +22,8 @@ describe("userdata classes", function()
         table.sort(classes)
         assert.are.same({
             "relay.core.http.server", "relay.core.matcher", "relay.core.proc.handle", "relay.core.udp.socket",
-            "relay.core.yaml.rules", "relay.core.yaml.tree", "relay.redis.async", "relay.redis.stream_batch", "relay.redis.sync",
+            "relay.core.yaml.rules", "relay.core.yaml.tree", "relay.redis.async", "relay.redis.stream_batch",
+            "relay.redis.sync",
         }, classes)
     end)
 
