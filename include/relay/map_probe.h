@@ -4,10 +4,13 @@
  *
  * Why a measurement and not a rule: which is faster depends on the host, not
  * the file. Through a mapping nothing is copied, but the first touch of each
- * page sets a page-table entry; with hardware-assisted paging that is cheap
- * (finding the newlines of a 190 MB file: 20 ms mapped vs 27 ms read on a KVM
- * guest), on a paravirtualised host each one traps (~100 vs ~30 ms). The
- * answer only changes speed: both ways hand over the same lines.
+ * page sets a page-table entry and unmapping clears them all again, serially
+ * at the end; through pread every byte is copied into a buffer the scanner
+ * then reads from the cache. Setting a 190 MB file's entries and clearing
+ * them cost 20 ms against a 27 ms read on one KVM guest, 36 ms against 14 ms
+ * on a Firecracker guest, ~100 ms against ~30 ms on a paravirtualised host
+ * where each first touch traps. The answer only changes speed: both ways
+ * hand over the same lines.
  */
 #ifndef RELAY_MAP_PROBE_H
 #define RELAY_MAP_PROBE_H
@@ -24,13 +27,16 @@
  * line reader's. */
 #define RELAY_MAP_PROBE_BUF RELAY_LINE_READER_PIECE
 
-/* 1 when reading `map` (fd's bytes [0, size) mapped) from `from` on is no
- * slower than about 1.5 times reading fd with pread, else 0: also when fewer
- * than RELAY_MAP_PROBE_MIN bytes follow `from`, when a read fails, and when
- * the sampled bytes are not all in the page cache (then both ways would time
- * the disk). Reads into `buf` (RELAY_MAP_PROBE_BUF bytes). Touches the 2 MiB
- * of the mapping from `from` (a multiple of the page size): a caller that
- * fears the file shrinking guards it (map_guard.h). */
+/* 1 when reaching the bytes of `map` (fd's bytes [0, size) mapped) from
+ * `from` on costs no more than reading them with pread, else 0: also when
+ * fewer than RELAY_MAP_PROBE_MIN bytes follow `from`, when a read fails, and
+ * when the sampled bytes are not all in the page cache (then both ways would
+ * time the disk). What is timed is only what differs between the two ways:
+ * faulting pieces of the mapping in and dropping their page-table entries
+ * again, against reading other pieces into `buf` (RELAY_MAP_PROBE_BUF bytes);
+ * the scanning that follows costs the same either way. Touches the 2 MiB of
+ * the mapping from `from` (a multiple of the page size): a caller that fears
+ * the file shrinking guards it (map_guard.h). */
 int relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf);
 
 #endif
