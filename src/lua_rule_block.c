@@ -26,11 +26,11 @@ relay_lua_check_rule_block(lua_State *L, int idx)
 static size_t
 check_rule(lua_State *L, const relay_rule_block **block)
 {
-    lua_Integer i;
+    lua_Number i;
 
     *block = relay_lua_check_rule_block(L, 1);
-    i = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, i >= 1 && (size_t)i <= (*block)->count, 2, "no such rule");
+    i = luaL_checknumber(L, 2);
+    luaL_argcheck(L, i >= 1 && i <= (lua_Number)(*block)->count && i == (lua_Number)(size_t)i, 2, "no such rule");
     return (size_t)i - 1;
 }
 

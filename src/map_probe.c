@@ -51,7 +51,8 @@ time_read(int fd, char *buf, off_t off, unsigned long *sum)
 
 /* Nanoseconds to fault in PIECE bytes of the mapping at `at` as a scan's
  * first touches do, and to drop those page-table entries again, which is what
- * unmapping them costs at the end of a scan (serially, on one thread). */
+ * unmapping them costs at the end of a scan (serially, on one thread); -1
+ * when they cannot be dropped. */
 static double
 time_mapped(const char *at, size_t page, unsigned long *sum)
 {
@@ -61,7 +62,11 @@ time_mapped(const char *at, size_t page, unsigned long *sum)
     for (i = 0; i < PIECE; i += page) {
         *sum += (unsigned char)((const volatile char *)at)[i];
     }
-    (void)madvise((void *)(uintptr_t)at, PIECE, MADV_DONTNEED); /* a file's pages: they refault */
+    /* A file's pages: they refault if the scan needs them. Refused (a locked
+     * mapping, say), the timing would leave out the unmapping: then -1. */
+    if (madvise((void *)(uintptr_t)at, PIECE, MADV_DONTNEED) != 0) {
+        return -1;
+    }
     return now_ns() - t0;
 }
 
@@ -97,7 +102,9 @@ relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf)
     for (i = 0; i < ROUNDS; i++) {
         off_t off = from + (off_t)(2 * (size_t)i) * (off_t)PIECE;
 
-        t = time_mapped(map + off, page, &sum);
+        if ((t = time_mapped(map + off, page, &sum)) < 0) {
+            return 0;
+        }
         mapped = mapped < 0 || t < mapped ? t : mapped;
         if ((t = time_read(fd, buf, off + (off_t)PIECE, &sum)) < 0) {
             return 0;

@@ -14,6 +14,9 @@ put_text(relay_rule_block *b, const char *s, size_t len)
     size_t off = b->text_len, need = off + len + 1, cap;
     char *grown;
 
+    if (len > SIZE_MAX / 2 - off) {
+        return SIZE_MAX;
+    }
     if (need > b->text_cap) {
         cap = b->text_cap ? b->text_cap : 4096;
         while (cap < need) {
@@ -38,7 +41,7 @@ add_entry(relay_rule_block *b, const relay_yaml_node *item, relay_pattern_buf *b
     relay_pattern_entry e;
     relay_rule_block_entry *out = &b->entries[b->count];
 
-    if (relay_pattern_compile_entry(item, &e, buf) != 0 || e.timeout != NULL || e.retries != NULL) {
+    if (relay_pattern_compile_entry(item, &e, buf) != 0) {
         return -1;
     }
     out->handler_off = put_text(b, e.handler->text, e.handler->len);
@@ -50,8 +53,6 @@ add_entry(relay_rule_block *b, const relay_yaml_node *item, relay_pattern_buf *b
     out->json_len = buf->len;
     out->line = item->line;
     out->col = item->col;
-    out->handler_line = e.handler->line;
-    out->handler_col = e.handler->col;
     b->count++;
     return 0;
 }
@@ -70,28 +71,61 @@ name_hash(const char *s, size_t len)
 }
 
 
+static int
+key_is(const relay_yaml_node *key, const char *name)
+{
+    size_t len = strlen(name);
+
+    return key->kind == RELAY_YAML_SCALAR && key->len == len && memcmp(key->text, name, len) == 0;
+}
+
+
+/* The handler name node of an entry that may go in a block: a map with a
+ * scalar handler and neither timeout nor retries; else NULL. Cheap, so that
+ * a list declined for these reasons is not compiled before the ordinary load
+ * compiles it again. */
+static const relay_yaml_node *
+plain_handler(const relay_yaml_node *item)
+{
+    const relay_yaml_node *handler = NULL, *key;
+    size_t i;
+
+    if (item->kind != RELAY_YAML_MAP) {
+        return NULL;
+    }
+    for (i = 0; i < item->count; i++) {
+        key = relay_yaml_map_key(item, i);
+        if (key_is(key, "timeout") || key_is(key, "retries")) {
+            return NULL;
+        }
+        if (key_is(key, "handler")) {
+            handler = relay_yaml_map_value(item, i);
+        }
+    }
+    return handler != NULL && handler->kind == RELAY_YAML_SCALAR ? handler : NULL;
+}
+
+
 /* Whether some handler name is written twice (1), not (0), or -1 out of memory.
  * An open-addressing set of entry numbers + 1, at most half full. */
 static int
-has_duplicate_handler(const relay_rule_block *b)
+has_duplicate(const relay_yaml_node *const *names, size_t n)
 {
     size_t cap = 16, mask, i, j, *slots;
-    const relay_rule_block_entry *e, *other;
+    const relay_yaml_node *other;
     int dup = 0;
 
-    while (cap < 2 * b->count) {
+    while (cap < 2 * n) {
         cap *= 2;
     }
     if ((slots = calloc(cap, sizeof(*slots))) == NULL) {
         return -1;
     }
     mask = cap - 1;
-    for (i = 0; i < b->count && !dup; i++) {
-        e = &b->entries[i];
-        for (j = name_hash(b->text + e->handler_off, e->handler_len) & mask; slots[j] != 0; j = (j + 1) & mask) {
-            other = &b->entries[slots[j] - 1];
-            if (other->handler_len == e->handler_len
-                && memcmp(b->text + other->handler_off, b->text + e->handler_off, e->handler_len) == 0) {
+    for (i = 0; i < n && !dup; i++) {
+        for (j = name_hash(names[i]->text, names[i]->len) & mask; slots[j] != 0; j = (j + 1) & mask) {
+            other = names[slots[j] - 1];
+            if (other->len == names[i]->len && memcmp(other->text, names[i]->text, other->len) == 0) {
                 dup = 1;
                 break;
             }
@@ -103,16 +137,34 @@ has_duplicate_handler(const relay_rule_block *b)
 }
 
 
+/* Whether every item passes plain_handler and no name repeats: the checks
+ * that need no compiling. */
+static int
+plain_list(const relay_yaml_node *events)
+{
+    const relay_yaml_node **names = calloc(events->count, sizeof(*names));
+    size_t i;
+    int plain = names != NULL;
+
+    for (i = 0; plain && i < events->count; i++) {
+        plain = (names[i] = plain_handler(events->items[i])) != NULL;
+    }
+    plain = plain && has_duplicate(names, events->count) == 0;
+    free(names);
+    return plain;
+}
+
+
 int
 relay_rule_block_build(relay_rule_block *block, const relay_yaml_node *events, relay_pattern_buf *buf)
 {
     size_t i;
 
     memset(block, 0, sizeof(*block));
-    if (events->kind != RELAY_YAML_SEQ || events->count == 0) {
+    if (events->kind != RELAY_YAML_SEQ || events->count == 0 || !plain_list(events)) {
         return -1;
     }
-    if ((block->entries = malloc(events->count * sizeof(*block->entries))) == NULL) {
+    if ((block->entries = calloc(events->count, sizeof(*block->entries))) == NULL) {
         return -1;
     }
     for (i = 0; i < events->count; i++) {
@@ -120,10 +172,6 @@ relay_rule_block_build(relay_rule_block *block, const relay_yaml_node *events, r
             relay_rule_block_free(block);
             return -1;
         }
-    }
-    if (has_duplicate_handler(block) != 0) {
-        relay_rule_block_free(block);
-        return -1;
     }
     return 0;
 }

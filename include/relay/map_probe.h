@@ -34,9 +34,11 @@
  * time the disk). What is timed is only what differs between the two ways:
  * faulting pieces of the mapping in and dropping their page-table entries
  * again, against reading other pieces into `buf` (RELAY_MAP_PROBE_BUF bytes);
- * the scanning that follows costs the same either way. Touches the 2 MiB of
- * the mapping from `from` (a multiple of the page size): a caller that fears
- * the file shrinking guards it (map_guard.h). */
+ * the scanning that follows costs the same either way. Of the 2 MiB from
+ * `from` (a multiple of the page size) it touches the first and third 512 KiB
+ * of the mapping, whose page-table entries it leaves dropped, and reads the
+ * other two: a caller that fears the file shrinking guards the mapping
+ * (map_guard.h). */
 int relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf);
 
 #endif

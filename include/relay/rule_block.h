@@ -25,7 +25,6 @@ typedef struct {
     size_t handler_off, handler_len; /* in relay_rule_block.text, NUL-terminated */
     size_t json_off, json_len;       /* the pattern's normal form, NUL-terminated */
     int line, col;                   /* the entry */
-    int handler_line, handler_col;   /* its handler name */
 } relay_rule_block_entry;
 
 typedef struct {

@@ -8,6 +8,8 @@
 --   apps.validate(text, path, name, app_dir[, opts]) -> app (pure: no I/O)
 --   apps.merge(previous, fresh) -> merged list, changes   (the reload seam)
 --   apps.build_matcher(list[, matcher_module]) -> matcher, labels | nil, err
+--     (labels[id + 1] only: with rule blocks some are made when first read, so #labels,
+--     ipairs and pairs do not see them all)
 --   apps.find(list, name)       -> app or nil
 --
 -- An app is
@@ -1069,8 +1071,9 @@ end
 
 
 --- One matcher over every loaded app, rule ids in dispatch order (apps by name, rules
--- in declaration order): labels[id + 1] = "<app>/<handler>". Nothing else is kept per
--- rule: a table each was a sixth of loading 10,000 rules, and nothing read it.
+-- in declaration order): labels[id + 1] = "<app>/<handler>" (read by index only: see
+-- the module header). Nothing else is kept per rule: a table each was a sixth of loading
+-- 10,000 rules, and nothing read it.
 -- @return matcher, labels, or nil, err
 function _M.build_matcher(list, matcher_module)
     local m = (matcher_module or require("relay.core.matcher")).new()

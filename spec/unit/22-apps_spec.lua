@@ -399,6 +399,23 @@ describe("build_matcher", function()
         assert.are.same({ 2 }, m:match('{"event_name":"UPDATE","table_name":"users"}', 1024, 0))
     end)
 
+    it("numbers the rules of a block before an ordinary app's in dispatch order", function()
+        local bulk = { bulk = true }
+        local list = {
+            apps.validate("events:\n  - handler: one\n    pattern: {a: [1]}\n  - handler: two\n"
+                .. "    pattern: {a: [1, 2]}\n", "a.yaml", "a", "/a", bulk),
+            apps.validate("events:\n  - handler: three\n    pattern: {a: [2]}\n    timeout: 5s\n",
+                "b.yaml", "b", "/b", bulk),
+        }
+        assert.is_not_nil(list[1].rules)
+        assert.is_nil(list[2].rules)
+        local m, labels = assert(apps.build_matcher(list, matcher))
+        assert.are.same({ [3] = "b/three" }, labels)
+        assert.are.same({ "a/one", "a/two", "b/three" }, { labels[1], labels[2], labels[3] })
+        assert.are.same({ 0, 1 }, m:match('{"a":1}', 1024, 0))
+        assert.are.same({ 1, 2 }, m:match('{"a":2}', 1024, 0))
+    end)
+
     it("names the template line of a pattern refused from a rule block", function()
         local list = assert(apps.load_all(BASIC, { bulk = true }))
         local refusing = {

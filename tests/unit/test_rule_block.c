@@ -50,11 +50,10 @@ test_whole_list(void)
     CHECK_STR(relay_rule_block_json(&block, 0), "{\"x\":[{\"eq\":1}]}");
     CHECK(block.entries[0].handler_len == 3 && block.entries[0].json_len == strlen("{\"x\":[{\"eq\":1}]}"));
     CHECK(block.entries[0].line == 1 && block.entries[0].col == 3);
-    CHECK(block.entries[0].handler_line == 1 && block.entries[0].handler_col == 12);
     CHECK_STR(relay_rule_block_handler(&block, 1), "c");
     CHECK_STR(relay_rule_block_json(&block, 1),
               "{\"y\":[{\"prefix\":\"p\"}],\"z\":[{\"group\":{\"w\":[{\"eq\":true}]}}]}");
-    CHECK(block.entries[1].line == 3 && block.entries[1].handler_line == 4 && block.entries[1].handler_col == 12);
+    CHECK(block.entries[1].line == 3 && block.entries[1].col == 3);
     relay_rule_block_free(&block);
     CHECK(block.entries == NULL && block.text == NULL && block.count == 0);
     relay_rule_block_free(&block);
@@ -68,6 +67,9 @@ test_declined(void)
     check_declined("- handler: a\n  pattern: {x: [1]}\n  timeout: 5s\n");
     check_declined("- handler: a\n  pattern: {x: [1]}\n  retries: 2\n");
     check_declined("- handler: a\n  pattern: {x: [1]}\n- handler: a\n  pattern: {x: [2]}\n");
+    check_declined("- handler: h\n  pattern: {x: [1]}\n- handler: \"h\"\n  pattern: {x: [2]}\n");
+    check_declined("- handler: a\n  pattern: {x: [1]}\n- [handler, b]\n");
+    check_declined("- handler: [a]\n  pattern: {x: [1]}\n");
     check_declined("[]");
     check_declined("{handler: a, pattern: {x: [1]}}");
 }
