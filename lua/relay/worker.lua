@@ -929,11 +929,9 @@ function Worker:install_signals()
     local function on_stop(signum)
         if self.shutdown.draining then
             log.warn("second signal: killing containers and exiting; state stays for recovery", { signal = signum })
-            -- set before the kill: drain() may finish while kill_containers()
-            -- sleeps, and must then exit with this code too
-            self.shutdown:force(signum)
-            self:kill_containers()
-            self:exit_now(self.shutdown.exit_code)
+            self.shutdown:stop_forced(signum, function() self:kill_containers() end,
+                function(code) self:exit_now(code) end)
+            return
         end
         log.info("draining: no new reads or starts; running invocations finish", { signal = signum })
         self.shutdown:drain()
@@ -1064,12 +1062,9 @@ function Worker:drain()
     while self.busy > 0 or self.slots.running > 0 do
         loop.sleep(0.05)
     end
-    if self.shutdown.exit_code then
-        -- forced stop (second signal): the killed containers were reaped (no
-        -- invocation is running), their state stays for recovery; the
-        -- process exits 128+signal, not 0
-        self:exit_now(self.shutdown.exit_code)
-    end
+    -- A forced stop (second signal) exits 128+signal itself once its
+    -- death record is answered; the drain must not exit under it.
+    self.shutdown:drained()
     local unanswered = self.life:release_unanswered()
     if unanswered > 0 then
         log.warn("could not release claims of unanswered TryStarts; they count as lost", { count = unanswered })
