@@ -75,16 +75,6 @@ zero_bytes(uint64_t x)
 #endif
 
 
-static inline cursor
-skip_space(cursor p, cursor end)
-{
-    while (p < end && is_space[*p]) {
-        p++;
-    }
-    return p;
-}
-
-
 static inline int
 fail(scan_error *err, const char *what, cursor at)
 {
@@ -459,7 +449,27 @@ typedef struct scanner {
     int32_t token[RELAY_JSON_MAX_DEPTH + 1];
     uint64_t key_lengths[RELAY_JSON_MAX_DEPTH + 1]; /* a tracked object's (see the visitor) */
     unsigned char is_object[RELAY_JSON_MAX_DEPTH + 1];
+    /* Line mode (relay_json_scan_line): a newline is never skipped as
+     * whitespace, and the top-level value may end at one. */
+    int line_mode;
+    int eol_at_end; /* line mode: `end` is where the last line ends */
+    cursor stop;    /* line mode: where the line ended */
 } scanner;
+
+
+/* Whitespace, except that a newline ends the skip in line mode (it is then
+ * refused wherever the scanner stands: the line has ended within the value). */
+static inline cursor
+skip_space(const scanner *s, cursor p, cursor end)
+{
+    while (p < end && is_space[*p]) {
+        if (*p == '\n' && s->line_mode) {
+            break;
+        }
+        p++;
+    }
+    return p;
+}
 
 
 static inline void
@@ -921,7 +931,7 @@ scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
     *slot = key_token(s, k, (size_t)(q - k), esc);
     p = q + 1;
     if (p < s->end && *p != ':') {
-        p = skip_space(p, s->end);
+        p = skip_space(s, p, s->end);
     }
     if (p >= s->end || *p != ':') {
         fail(err, "expected ':'", p);
@@ -929,7 +939,7 @@ scan_key(scanner *s, cursor p, int32_t *slot, scan_error *err)
     }
     p++;
     if (p < s->end && is_space[*p]) {
-        p = skip_space(p, s->end);
+        p = skip_space(s, p, s->end);
     }
     return p;
 }
@@ -1052,7 +1062,7 @@ scan_plain_pairs(scanner *s, cursor p, int *at_key)
         }
         p = q + 1;
         if (p < s->end && is_space[*p]) {
-            p = skip_space(p, s->end);
+            p = skip_space(s, p, s->end);
         }
     }
     return p;
@@ -1085,7 +1095,7 @@ value:
                 goto after;
             }
             if (p < end && is_space[*p]) {
-                p = skip_space(p, end);
+                p = skip_space(s, p, end);
             }
             slot = -1;
             goto value_slow;
@@ -1103,7 +1113,7 @@ value_slow:
         }
         p++;
         if (p < end && is_space[*p]) {
-            p = skip_space(p, end);
+            p = skip_space(s, p, end);
         }
         if (p < end && *p == (object ? '}' : ']')) {
             s->depth--;
@@ -1141,11 +1151,18 @@ value_slow:
     }
 after:
     if (s->depth == 0) {
-        p = skip_space(p, end);
+        p = skip_space(s, p, end);
+        if (s->line_mode) {
+            if (p < end ? *p != '\n' : !s->eol_at_end) {
+                return fail(err, "the line goes on", p);
+            }
+            s->stop = p;
+            return 0;
+        }
         return p == end ? 0 : fail(err, "unexpected data after the value", p);
     }
     if (p < end && is_space[*p]) {
-        p = skip_space(p, end);
+        p = skip_space(s, p, end);
     }
     if (p >= end) {
         return fail(err, "unexpected end of input", p);
@@ -1153,7 +1170,7 @@ after:
     if (*p == ',') {
         p++;
         if (p < end && is_space[*p]) {
-            p = skip_space(p, end);
+            p = skip_space(s, p, end);
         }
         if (!s->is_object[s->depth]) {
             slot = s->token[s->depth];
@@ -1204,6 +1221,23 @@ set_reason(char *reason, size_t reasonlen, const char *text)
 }
 
 
+static void
+scanner_init(scanner *s, const char *text, size_t len, const relay_json_visitor *visitor)
+{
+    pthread_once(&simd_picked, pick_simd);
+    s->start = (cursor)text;
+    s->end = s->start + len;
+    s->v = visitor;
+    s->depth = 0;
+    s->misses = 0;
+    s->token[0] = -1;
+    s->is_object[0] = 1; /* keeps the number-array fast path off at the top level */
+    s->line_mode = 0;
+    s->eol_at_end = 0;
+    s->stop = NULL;
+}
+
+
 int
 relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const relay_json_visitor *visitor, int32_t root,
                        char *reason, size_t reasonlen)
@@ -1216,15 +1250,8 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const rel
         relay_json_too_large(len, max_bytes, reason, reasonlen);
         return -1;
     }
-    pthread_once(&simd_picked, pick_simd);
-    s.start = (cursor)text;
-    s.end = s.start + len;
-    s.v = visitor;
-    s.depth = 0;
-    s.misses = 0;
-    s.token[0] = -1;
-    s.is_object[0] = 1; /* keeps the number-array fast path off at the top level */
-    p = skip_space(s.start, s.end);
+    scanner_init(&s, text, len, visitor);
+    p = skip_space(&s, s.start, s.end);
     if (p == s.end) {
         return set_reason(reason, reasonlen, "empty event");
     }
@@ -1235,6 +1262,26 @@ relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const rel
     if (*p != '{') {
         return set_reason(reason, reasonlen, "event is not a JSON object");
     }
+    return 0;
+}
+
+
+int
+relay_json_scan_line(const char *text, size_t avail, int eol_at_end, const relay_json_visitor *visitor, int32_t root,
+                     size_t *len)
+{
+    scanner s;
+    scan_error err = {NULL, NULL, 0};
+    cursor p;
+
+    scanner_init(&s, text, avail, visitor);
+    s.line_mode = 1;
+    s.eol_at_end = eol_at_end;
+    p = skip_space(&s, s.start, s.end);
+    if (p == s.end || *p != '{' || scan_all(&s, p, root, &err) < 0) {
+        return -1;
+    }
+    *len = (size_t)(s.stop - s.start);
     return 0;
 }
 

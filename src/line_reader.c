@@ -194,13 +194,16 @@ shrank_under(const relay_line_range *g, const char *at, const char *tail)
 }
 
 
-/* The range's lines straight from the mapping: nothing is read or held. */
+/* The range's lines straight from the mapping: nothing is read or held.
+ * Only lines that end before the file's last page are tried ahead, so each
+ * line a callback settles was first checked against a shrunk file. */
 static int
-run_mapped(const relay_line_range *g, relay_line_fn fn, void *ctx)
+run_mapped(const relay_line_range *g, const relay_line_calls *calls)
 {
     const char *p = g->map + g->start, *end = g->map + g->size, *stop = g->map + g->end, *nl, *ahead = p;
     const char *tail = g->map + ((g->size - 1) & ~(off_t)(sysconf(_SC_PAGESIZE) - 1));
     size_t len;
+    int rc;
 
     if (g->start > g->first) {
         /* As the read path: a newline at end - 1 or later starts no line here. */
@@ -215,12 +218,19 @@ run_mapped(const relay_line_range *g, relay_line_fn fn, void *ctx)
     }
     while (p < stop && p < end) {
         ahead = prefetch_to(ahead > p ? ahead : p, end - p > PREFETCH_AHEAD ? p + PREFETCH_AHEAD : end);
+        if (calls->ahead != NULL && p < tail && (rc = calls->ahead(calls->ctx, p, (size_t)(tail - p), 0, &len)) >= 0) {
+            if (rc > 0) {
+                return RELAY_LINES_STOPPED;
+            }
+            p += len + 1;
+            continue;
+        }
         nl = memchr(p, '\n', (size_t)(end - p));
         len = (size_t)((nl ? nl : end) - p);
         if (shrank_under(g, p + len, tail)) {
             return RELAY_LINES_SHRANK;
         }
-        if (fn(ctx, len <= g->keep ? p : NULL, len)) {
+        if (calls->line(calls->ctx, len <= g->keep ? p : NULL, len)) {
             return RELAY_LINES_STOPPED;
         }
         p += len + 1;
@@ -231,8 +241,7 @@ run_mapped(const relay_line_range *g, relay_line_fn fn, void *ctx)
 
 typedef struct mapped_call {
     const relay_line_range *g;
-    relay_line_fn fn;
-    void *ctx;
+    const relay_line_calls *calls;
 } mapped_call;
 
 
@@ -241,16 +250,16 @@ call_run_mapped(void *arg)
 {
     mapped_call *c = arg;
 
-    return run_mapped(c->g, c->fn, c->ctx);
+    return run_mapped(c->g, c->calls);
 }
 
 
 /* run_mapped with its reads guarded: a page that raised SIGBUS is a file cut
  * short, or (the same size still) a page that could not be read in. */
 static int
-run_mapped_guarded(const relay_line_range *g, relay_line_fn fn, void *ctx)
+run_mapped_guarded(const relay_line_range *g, const relay_line_calls *calls)
 {
-    mapped_call c = {g, fn, ctx};
+    mapped_call c = {g, calls};
     int faulted, rc = relay_map_guard_run(g->map, (size_t)g->size, call_run_mapped, &c, &faulted);
 
     if (!faulted) {
@@ -264,8 +273,27 @@ run_mapped_guarded(const relay_line_range *g, relay_line_fn fn, void *ctx)
 }
 
 
+/* The line at buf[*i], tried ahead (see relay_line_ahead_fn): 1 when
+ * settled (*i after it, *rc the run's result so far), else 0. */
+static int
+try_ahead(const pass *s, const relay_line_calls *calls, size_t *i, int *rc)
+{
+    size_t len;
+    int got;
+
+    if (calls->ahead == NULL
+        || (got = calls->ahead(calls->ctx, s->r->buf + *i, s->have - *i, s->at + (off_t)s->have == s->g->size, &len))
+               < 0) {
+        return 0;
+    }
+    *i += len + 1;
+    *rc = got > 0 ? RELAY_LINES_STOPPED : 0;
+    return 1;
+}
+
+
 int
-relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_line_fn fn, void *ctx)
+relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, const relay_line_calls *calls)
 {
     pass s = {r, g, g->start, 0};
     size_t i = 0;
@@ -273,7 +301,7 @@ relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_lin
     int rc = 0;
 
     if (g->map != NULL) {
-        return run_mapped_guarded(g, fn, ctx);
+        return run_mapped_guarded(g, calls);
     }
     if (r->cap < RELAY_LINE_READER_PIECE && grow(r, RELAY_LINE_READER_PIECE) < 0) {
         return RELAY_LINES_NOMEM;
@@ -283,14 +311,17 @@ relay_line_reader_run(relay_line_reader *r, const relay_line_range *g, relay_lin
     }
     while (rc == 0 && s.at + (off_t)i < g->end && s.at + (off_t)i < g->size) {
         line = r->buf + i;
+        if (i < s.have && try_ahead(&s, calls, &i, &rc)) {
+            continue;
+        }
         if ((nl = memchr(line, '\n', s.have - i)) != NULL) {
-            rc = fn(ctx, line, (size_t)(nl - line)) ? RELAY_LINES_STOPPED : 0;
+            rc = calls->line(calls->ctx, line, (size_t)(nl - line)) ? RELAY_LINES_STOPPED : 0;
             i = (size_t)(nl - r->buf) + 1;
         } else if (s.at + (off_t)s.have == g->size && s.have > i) {
-            rc = fn(ctx, line, s.have - i) ? RELAY_LINES_STOPPED : 0; /* the last line, unterminated */
+            rc = calls->line(calls->ctx, line, s.have - i) ? RELAY_LINES_STOPPED : 0; /* the last line, unterminated */
             i = s.have;
         } else {
-            rc = read_on(&s, &i, fn, ctx);
+            rc = read_on(&s, &i, calls->line, calls->ctx);
         }
     }
     return rc;

@@ -125,12 +125,26 @@ record_malformed(chunk *c, uint32_t line, const char *reason)
 }
 
 
+/* Record a matched line: its number within the chunk and, when the sink
+ * takes them, the ids. */
+static void
+record_match(worker *w, chunk *c, uint32_t line, int n)
+{
+    uint32_t head[2] = {line, w->p->want_ids ? (uint32_t)n : 0};
+
+    c->matched++;
+    if (push_words(c, head, 2) == 0 && head[1] > 0) {
+        push_words(c, w->ids, (size_t)n);
+    }
+}
+
+
 /* Match one line of chunk c (its newline excluded) and record the outcome. */
 static void
 match_line(worker *w, chunk *c, const char *text, size_t len)
 {
     const relay_match_scan_opts *opts = w->p->opts;
-    uint32_t line = (uint32_t)c->lines++, *grown, head[2];
+    uint32_t line = (uint32_t)c->lines++, *grown;
     char reason[256];
     int n;
 
@@ -150,15 +164,32 @@ match_line(worker *w, chunk *c, const char *text, size_t len)
         record_malformed(c, line, reason);
         return;
     }
-    if (n == 0) {
-        return;
+    if (n > 0) {
+        record_match(w, c, line, n);
     }
-    c->matched++;
-    head[0] = line;
-    head[1] = w->p->want_ids ? (uint32_t)n : 0;
-    if (push_words(c, head, 2) == 0 && head[1] > 0) {
-        push_words(c, w->ids, (size_t)n);
+}
+
+
+/* A line of the worker's chunk matched before its end is known (line_reader's
+ * ahead callback): only a valid line is settled here; any other goes to
+ * on_line, which finds its end and reports it in the usual words. */
+static int
+on_line_ahead(void *ctx, const char *text, size_t avail, int eol_at_end, size_t *len)
+{
+    worker *w = ctx;
+    chunk *c = w->at;
+    const relay_match_scan_opts *opts = w->p->opts;
+    int n = relay_matcher_match_line(w->p->m, w->st, text, avail, eol_at_end, opts->max_bytes, opts->now_ms, w->ids,
+                                     w->ids_cap, len);
+
+    if (n < 0) {
+        return -1;
     }
+    if (n > 0) {
+        record_match(w, c, (uint32_t)c->lines, n);
+    }
+    c->lines++;
+    return c->oom;
 }
 
 
@@ -187,10 +218,11 @@ match_chunk(worker *w, chunk *c)
 {
     pool *p = w->p;
     relay_line_range range = {p->fd, p->first, c->start, c->start + (off_t)c->len, p->size, p->opts->max_bytes, p->map};
+    relay_line_calls calls = {on_line, on_line_ahead, w};
     int rc;
 
     w->at = c;
-    rc = relay_line_reader_run(&w->reader, &range, on_line, w);
+    rc = relay_line_reader_run(&w->reader, &range, &calls);
     if (rc == RELAY_LINES_NOMEM) {
         c->oom = 1;
     } else if (rc == RELAY_LINES_SHRANK) {

@@ -430,6 +430,26 @@ relay_matcher_match_with(const relay_matcher *m, relay_match_state *st, const ch
 
 
 int
+relay_matcher_match_line(const relay_matcher *m, relay_match_state *st, const char *text, size_t avail, int eol_at_end,
+                         size_t max_bytes, int64_t now_ms, uint32_t *ids, size_t ids_cap, size_t *len)
+{
+    relay_json_visitor v = {st, visit_key, visit_scalar, visit_object, visit_array, visit_key_lengths};
+    int n;
+
+    if (avail > max_bytes + 1) {
+        avail = max_bytes + 1;
+        eol_at_end = 0;
+    }
+    if (!m->compiled || begin_event(st, m, avail, now_ms) < 0
+        || relay_json_scan_line(text, avail, eol_at_end, &v, ROOT_SLOT, len) < 0 || *len > max_bytes || st->oom) {
+        return -1;
+    }
+    n = collect_hits(st, ids, ids_cap);
+    return n >= 0 && (size_t)n <= ids_cap ? n : -1;
+}
+
+
+int
 relay_matcher_match(relay_matcher *m, const char *event, size_t len, size_t max_bytes, int64_t now_ms, uint32_t *ids,
                     size_t ids_cap, char *reason, size_t reasonlen)
 {

@@ -71,6 +71,19 @@ void relay_json_too_large(size_t len, size_t max_bytes, char *reason, size_t rea
 int relay_json_scan_object(const char *text, size_t len, size_t max_bytes, const relay_json_visitor *visitor,
                            int32_t root, char *reason, size_t reasonlen);
 
+/* relay_json_scan_object over one line of newline-separated events, without
+ * finding the line's end first: the scan starts at `text` and the line ends at
+ * the first newline after the object (only spaces, tabs and CRs between), or
+ * at text + avail when eol_at_end says the last line ends there. Returns 0 with
+ * the line's length (its newline excluded) in *len when the line is a valid
+ * object; -1 for anything else, with no reason: the caller then finds the
+ * line's end and scans it with relay_json_scan_object, which says why, word
+ * for word as always. No byte at or past text + avail is read; the caller
+ * checks the length against its limit. Callbacks may have run even when it
+ * returns -1. */
+int relay_json_scan_line(const char *text, size_t avail, int eol_at_end, const relay_json_visitor *visitor,
+                         int32_t root, size_t *len);
+
 /* How the scanner's fast paths (the block path for untracked arrays of plain
  * numbers; above OFF also the one-go path for "key":"value" and "key":number
  * pairs) are run. Results never depend on the level: OFF is the plain token-at-a-time

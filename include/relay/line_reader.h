@@ -53,7 +53,22 @@ typedef struct relay_line_range {
  * A nonzero return stops the run. */
 typedef int (*relay_line_fn)(void *ctx, const char *text, size_t len);
 
-int relay_line_reader_run(relay_line_reader *r, const relay_line_range *range, relay_line_fn fn, void *ctx);
+/* Optional, tried first for each line: settle the line that starts at `text`
+ * before its end is known, reading at most `avail` bytes (eol_at_end: text +
+ * avail ends the file's last line). Returns 0 when it handled the line, with its
+ * length (newline excluded) in *len; 1 likewise and stop the run; -1 when it
+ * did not, and the line is then found and handed to relay_line_fn as usual.
+ * Finding each line's end first is a pass over every byte that a scan of the
+ * line itself makes anyway. */
+typedef int (*relay_line_ahead_fn)(void *ctx, const char *text, size_t avail, int eol_at_end, size_t *len);
+
+typedef struct relay_line_calls {
+    relay_line_fn line;
+    relay_line_ahead_fn ahead; /* NULL: every line goes to `line` */
+    void *ctx;
+} relay_line_calls;
+
+int relay_line_reader_run(relay_line_reader *r, const relay_line_range *range, const relay_line_calls *calls);
 
 void relay_line_reader_free(relay_line_reader *r);
 

@@ -115,6 +115,18 @@ int relay_matcher_match_with(const relay_matcher *m, relay_match_state *st, cons
                              size_t max_bytes, int64_t now_ms, uint32_t *ids, size_t ids_cap, char *reason,
                              size_t reasonlen);
 
+/* relay_matcher_match_with over the line of newline-separated events that
+ * starts at `text`, without finding its end first (relay_json_scan_line):
+ * `avail` bytes may be read, and eol_at_end says whether text + avail ends
+ * the last line. Returns the number of matching rules (their ids in `ids`)
+ * with the line's length in *len, or -1 for any line it does not settle: one
+ * that is malformed, too large, or matches more rules than ids_cap holds, and
+ * when out of memory. The caller then finds the line's end and calls
+ * relay_matcher_match_with, which reports it as always. */
+int relay_matcher_match_line(const relay_matcher *m, relay_match_state *st, const char *text, size_t avail,
+                             int eol_at_end, size_t max_bytes, int64_t now_ms, uint32_t *ids, size_t ids_cap,
+                             size_t *len);
+
 /* Free the matcher and everything it owns; NULL is fine. */
 void relay_matcher_free(relay_matcher *m);
 

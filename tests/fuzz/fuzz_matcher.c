@@ -5,7 +5,9 @@
  * validation about which events are malformed, every level of the
  * scanner's block fast path must give the plain scanner's verdict and
  * reason, byte for byte, and matching without the fast paths must find the
- * same rules. */
+ * same rules. Matching the event as the first of newline-separated lines
+ * (relay_matcher_match_line) must settle it only where matching the line
+ * found by its newline succeeds, with the same length and rules. */
 #include "relay/json_scan.h"
 #include "relay/matcher.h"
 
@@ -66,11 +68,43 @@ match_plainly(relay_matcher *m, const char *p, size_t len, const uint32_t *ids)
 }
 
 
+/* The event's text as lines: whatever relay_matcher_match_line settles
+ * (first as the file's last line, then as one followed by more), matching
+ * the line up to its first newline must settle the same way, and a valid
+ * event without a newline must be settled. */
+static void
+check_line_mode(relay_matcher *m, relay_match_state *st, const char *p, size_t len)
+{
+    const char *nl = memchr(p, '\n', len);
+    size_t line = nl ? (size_t)(nl - p) : len, got;
+    uint32_t ids[8], want[8];
+    char err[256];
+    int eol, n, k, i;
+
+    k = relay_matcher_match(m, p, line, 4096, INT64_C(1767225600000), want, 8, err, sizeof(err));
+    for (eol = 1; eol >= 0; eol--) {
+        n = relay_matcher_match_line(m, st, p, len, eol, 4096, INT64_C(1767225600000), ids, 8, &got);
+        if (n >= 0 && (got != line || n != k || (!eol && !nl))) {
+            abort();
+        }
+        for (i = 0; i < n; i++) {
+            if (ids[i] != want[i]) {
+                abort();
+            }
+        }
+        if (n < 0 && eol && !nl && k >= 0 && k <= 8 && len <= 4096) {
+            abort();
+        }
+    }
+}
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *end = p + size, *nl;
     relay_matcher *m = relay_matcher_new();
+    relay_match_state *st = NULL;
     uint32_t ids[8];
     char err[256];
     int i, n, valid;
@@ -92,6 +126,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     }
+    if ((st = relay_match_state_new()) != NULL && relay_matcher_compile(m, NULL, 0) == 0) {
+        check_line_mode(m, st, p, (size_t)(end - p));
+    }
+    relay_match_state_free(st);
     relay_matcher_free(m);
     return 0;
 }

@@ -623,6 +623,51 @@ test_plain_pairs(void)
 }
 
 
+/* relay_json_scan_line: a line is settled only when it is a valid object
+ * ending at a newline (blanks and CRs before it allowed), or at the end of
+ * the text when that ends the last line; its length excludes the newline.
+ * Anything else is left to the caller, whatever follows the line. */
+static void
+test_scan_line(void)
+{
+    static const struct {
+        const char *text;
+        int eol_at_end;
+        long want; /* the length, or -1: not settled */
+    } cases[] = {
+        {"{\"a\":1}\n{\"b\":2}\n", 0, 7},
+        {"{\"a\":1}\ngarbage", 0, 7},
+        {"  {\"a\":[1,2.5,[3]]} \t\r\nx", 0, 22},
+        {"{}", 1, 2},
+        {"{}", 0, -1},
+        {"{} ", 1, 3},
+        {"{\"a\":1} x\n", 0, -1},
+        {"{\"a\":1}}\n", 0, -1},
+        {"{\"a\":\n1}\n", 0, -1},
+        {"{\"a\":1\n}", 1, -1},
+        {"{\"s\":\"x\ny\"}\n", 0, -1},
+        {"\n{}\n", 0, -1},
+        {"[1]\n", 0, -1},
+        {"{\"a\":", 1, -1},
+        {"", 1, -1},
+    };
+    size_t i, len;
+    long got;
+
+    for (i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        len = 12345;
+        got = relay_json_scan_line(cases[i].text, strlen(cases[i].text), cases[i].eol_at_end, NULL, -1, &len) == 0
+                  ? (long)len
+                  : -1;
+        if (got != cases[i].want) {
+            fprintf(stderr, "scan_line(\"%s\", %d): %ld, want %ld\n", cases[i].text, cases[i].eol_at_end, got,
+                    cases[i].want);
+        }
+        CHECK(got == cases[i].want);
+    }
+}
+
+
 int
 main(void)
 {
@@ -640,6 +685,7 @@ main(void)
     test_block_depth();
     test_block_counted();
     test_plain_pairs();
+    test_scan_line();
     printf("%ld texts compared across levels\n", agree_cases);
     CHECK_DONE();
 }

@@ -223,6 +223,70 @@ test_same_as_streaming(void)
 }
 
 
+/* Lines that only a scan which finds the line's end as it goes could get
+ * wrong (src/line_reader.c settles lines ahead): data after the object, a
+ * newline inside an object or a string (two malformed lines), trailing
+ * blanks and CRs, and objects of exactly max_bytes and one byte more. Long
+ * enough for a mapped file to have lines before its last page; with and
+ * without a newline at the end. */
+static void
+test_lines_settled_ahead(void)
+{
+    static const char *const kinds[] = {
+        "{\"a\":1} x",
+        "{\"a\":1}\t \r",
+        "{\"a\":1}}",
+        "{\"a\":1\n}",
+        "{\"s\":\"ab\ncd\"}",
+        "\r",
+        "{\"s\":\"abcdefghijklmnopqrstuvwxyz0123456789ABCD\"}",  /* 48 bytes */
+        "{\"s\":\"abcdefghijklmnopqrstuvwxyz0123456789ABCDE\"}", /* 49 bytes */
+        "{\"a\":1}   ",
+        " {}",
+        "{\"a\":[1,2,[3,\n4]],\"b\":0}",
+        "{\"a\":1,\"b\":2,\"s\":\"abc\"}",
+        "{\"a\":[[1.5,-2],[3,4]],\"b\":[]}",
+    };
+    static const int threads[] = {1, 2, 3};
+    static const size_t chunks[] = {7, 1000, 0};
+    static transcript want, got;
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_counts want_counts, got_counts;
+    size_t cap = 64 * 1024, len = 0, i, j;
+    char *text = malloc(cap);
+    int line, ends;
+
+    CHECK(text != NULL);
+    CHECK(strlen(kinds[6]) == 48 && strlen(kinds[7]) == 49);
+    for (line = 0; len + 128 < cap && line < 1200; line++) {
+        len += (size_t)snprintf(text + len, cap - len, "%s\n", kinds[(line * 5 + line / 13) % 13]);
+    }
+    CHECK(len > (size_t)3 * (size_t)sysconf(_SC_PAGESIZE));
+    for (ends = 0; ends < 2; ends++) {
+        size_t n = ends ? len : len - 1; /* with, then without the last newline */
+
+        memset(&want, 0, sizeof(want));
+        CHECK(scan_stream(m, text, n, &opts, &want, &want_counts) == 0);
+        CHECK(want_counts.matched > 0 && want_counts.total > 1200 && want.len + 64 < sizeof(want.text));
+        CHECK(strstr(want.text, "too large") != NULL && strstr(want.text, "after the value") != NULL);
+        for (i = 0; i < sizeof(threads) / sizeof(*threads) * NACCESS; i++) {
+            for (j = 0; j < sizeof(chunks) / sizeof(*chunks); j++) {
+                memset(&got, 0, sizeof(got));
+                opts.threads = threads[i / NACCESS];
+                opts.access = accesses[i % NACCESS];
+                opts.read_chunk = chunks[j];
+                CHECK(scan_split(m, text, n, &opts, &got, &got_counts) == 0);
+                CHECK_STR(got.text, want.text);
+                CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
+            }
+        }
+    }
+    free(text);
+    relay_matcher_free(m);
+}
+
+
 /* A callback that stops the scan (the first one at or after a line): counts
  * end at its line, nothing follows. */
 static void
@@ -463,6 +527,7 @@ main(void)
 {
     test_first_scans_on_threads();
     test_same_as_streaming();
+    test_lines_settled_ahead();
     test_stop();
     test_edges();
     test_regular_file();

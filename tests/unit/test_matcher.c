@@ -612,6 +612,37 @@ test_states(void)
 }
 
 
+/* relay_matcher_match_line settles what relay_matcher_match_with would
+ * report for the line up to its newline, and leaves a line to the caller
+ * when it is malformed, too large or has more matches than ids holds. */
+static void
+test_match_line(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}", "{\"b\":[{\"exists\":true}]}", "{\"a\":[{\"gt\":0}]}"};
+    relay_matcher *m = make(rules, 3);
+    relay_match_state *st = relay_match_state_new();
+    const char *two = "{\"a\":1,\"b\":0}\n{\"a\":2}\n";
+    uint32_t ids[4];
+    size_t len = 0;
+
+    CHECK(st != NULL);
+    CHECK(relay_matcher_match_line(m, st, two, strlen(two), 0, 64, 0, ids, 4, &len) == 3);
+    CHECK(len == 13 && ids[0] == 0 && ids[1] == 1 && ids[2] == 2);
+    CHECK(relay_matcher_match_line(m, st, two + 14, strlen(two) - 14, 0, 64, 0, ids, 4, &len) == 1);
+    CHECK(len == 7 && ids[0] == 2);
+    CHECK(relay_matcher_match_line(m, st, "{\"c\":1}", 7, 1, 64, 0, ids, 4, &len) == 0 && len == 7);
+    /* left to the caller */
+    CHECK(relay_matcher_match_line(m, st, two, strlen(two), 0, 64, 0, ids, 2, &len) == -1);
+    CHECK(relay_matcher_match_line(m, st, two, strlen(two), 0, 12, 0, ids, 4, &len) == -1);
+    CHECK(relay_matcher_match_line(m, st, "{\"a\":1} {}\n", 11, 0, 64, 0, ids, 4, &len) == -1);
+    CHECK(relay_matcher_match_line(m, st, "{\"a\":1}", 7, 0, 64, 0, ids, 4, &len) == -1);
+    /* exactly the limit is accepted, as by relay_matcher_match_with */
+    CHECK(relay_matcher_match_line(m, st, two, strlen(two), 0, 13, 0, ids, 4, &len) == 3 && len == 13);
+    relay_match_state_free(st);
+    relay_matcher_free(m);
+}
+
+
 int
 main(void)
 {
@@ -630,5 +661,6 @@ main(void)
     test_compile_errors();
     test_many_rules();
     test_number_arrays();
+    test_match_line();
     CHECK_DONE();
 }
