@@ -39,6 +39,18 @@ local function publish_sleeps(w, n, seconds)
 end
 
 
+--- Starts c1 on two long sleeps and sends the first SIGTERM once both run;
+-- returns the draining daemon and the ids.
+local function draining_with_two_running(w)
+    local d = w:started("c1")
+    local ids = publish_sleeps(w, 2, 19.7)
+    d:wait_until(function() return #d:runs("start") == 2 end, 10, "two running")
+    d:signal("TERM")
+    d:wait_until(function() return d:count("draining") == 1 end, 5, "draining")
+    return d, ids
+end
+
+
 --- The invocations whose marker is `running:` now (interrupted attempts).
 local function running_markers(w, ids)
     local out = {}
@@ -353,11 +365,7 @@ maybe("relay run faults #compressed", function()
     it("exits 128+signal at once on a second signal, killing containers, leaving state for recovery (R3)",
         function()
         w = world.new()
-        local d = w:started("c1")
-        local ids = publish_sleeps(w, 2, 19.7)
-        d:wait_until(function() return #d:runs("start") == 2 end, 10, "two running")
-        d:signal("TERM")
-        d:wait_until(function() return d:count("draining") == 1 end, 5, "draining")
+        local d, ids = draining_with_two_running(w)
         loop.sleep(0.3)
         assert.is_true(d:alive())
         local t0 = loop.monotonic()
@@ -383,11 +391,7 @@ maybe("relay run faults #compressed", function()
 
     it("records its death on a forced stop while Redis holds writes back (R3)", function()
         w = world.new()
-        local d = w:started("c1")
-        local ids = publish_sleeps(w, 2, 19.7)
-        d:wait_until(function() return #d:runs("start") == 2 end, 10, "two running")
-        d:signal("TERM")
-        d:wait_until(function() return d:count("draining") == 1 end, 5, "draining")
+        local d, ids = draining_with_two_running(w)
         -- Writes wait 300 ms from here: the death record is answered late,
         -- and the process must not end before it is.
         w:call("CLIENT", "PAUSE", "300", "WRITE")

@@ -191,33 +191,50 @@ test_first_scans_on_threads(void)
 }
 
 
+/* The split scan of text, for every thread count in threads, both ways of
+ * reaching the file and every read chunk in chunks, gives what the
+ * streaming scan gave (want), with every callback on the caller's thread. */
+static void
+check_splits(relay_matcher *m, const char *text, size_t len, relay_match_scan_opts opts, const transcript *want,
+             const relay_match_scan_counts *want_counts, const int *threads, size_t nthreads, const size_t *chunks,
+             size_t nchunks)
+{
+    static transcript got;
+    relay_match_scan_counts got_counts;
+    size_t i, j;
+
+    for (i = 0; i < nthreads * NACCESS; i++) {
+        for (j = 0; j < nchunks; j++) {
+            memset(&got, 0, sizeof(got));
+            opts.threads = threads[i / NACCESS];
+            opts.access = accesses[i % NACCESS];
+            opts.read_chunk = chunks[j];
+            CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
+            CHECK_STR(got.text, want->text);
+            CHECK(!got.off_thread);
+            CHECK(got_counts.total == want_counts->total && got_counts.matched == want_counts->matched);
+        }
+    }
+}
+
+
 /* Every thread count and chunk size against the streaming scan. */
 static void
 test_same_as_streaming(void)
 {
     static const int threads[] = {1, 2, 3, 8};
     static const size_t chunks[] = {1, 7, 64, 1000, 0};
-    static transcript want, got;
+    static transcript want;
     relay_matcher *m = make();
     relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
-    relay_match_scan_counts want_counts, got_counts;
-    size_t len, i, j;
+    relay_match_scan_counts want_counts;
+    size_t len;
     char *text = make_text(400, &len);
 
     CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
     CHECK(want_counts.total == 400 && want_counts.matched > 0);
-    for (i = 0; i < sizeof(threads) / sizeof(*threads) * NACCESS; i++) {
-        for (j = 0; j < sizeof(chunks) / sizeof(*chunks); j++) {
-            memset(&got, 0, sizeof(got));
-            opts.threads = threads[i / NACCESS];
-            opts.access = accesses[i % NACCESS];
-            opts.read_chunk = chunks[j];
-            CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
-            CHECK_STR(got.text, want.text);
-            CHECK(!got.off_thread);
-            CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
-        }
-    }
+    check_splits(m, text, len, opts, &want, &want_counts, threads, sizeof(threads) / sizeof(*threads), chunks,
+                 sizeof(chunks) / sizeof(*chunks));
     free(text);
     relay_matcher_free(m);
 }
@@ -249,11 +266,11 @@ test_lines_settled_ahead(void)
     };
     static const int threads[] = {1, 2, 3};
     static const size_t chunks[] = {7, 1000, 0};
-    static transcript want, got;
+    static transcript want;
     relay_matcher *m = make();
     relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
-    relay_match_scan_counts want_counts, got_counts;
-    size_t cap = 64 * 1024, len = 0, i, j;
+    relay_match_scan_counts want_counts;
+    size_t cap = 64 * 1024, len = 0;
     char *text = malloc(cap);
     int line, ends;
 
@@ -270,17 +287,8 @@ test_lines_settled_ahead(void)
         CHECK(scan_stream(m, text, n, &opts, &want, &want_counts) == 0);
         CHECK(want_counts.matched > 0 && want_counts.total > 1200 && want.len + 64 < sizeof(want.text));
         CHECK(strstr(want.text, "too large") != NULL && strstr(want.text, "after the value") != NULL);
-        for (i = 0; i < sizeof(threads) / sizeof(*threads) * NACCESS; i++) {
-            for (j = 0; j < sizeof(chunks) / sizeof(*chunks); j++) {
-                memset(&got, 0, sizeof(got));
-                opts.threads = threads[i / NACCESS];
-                opts.access = accesses[i % NACCESS];
-                opts.read_chunk = chunks[j];
-                CHECK(scan_split(m, text, n, &opts, &got, &got_counts) == 0);
-                CHECK_STR(got.text, want.text);
-                CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
-            }
-        }
+        check_splits(m, text, n, opts, &want, &want_counts, threads, sizeof(threads) / sizeof(*threads), chunks,
+                     sizeof(chunks) / sizeof(*chunks));
     }
     free(text);
     relay_matcher_free(m);
@@ -408,11 +416,12 @@ test_long_lines(void)
     static const size_t lengths[] = {300000, 600000, 70000, 400000};
     static const size_t max_bytes[] = {48, 1 << 20};
     static const size_t ranges[] = {0, 100000, 4099};
-    static transcript want, got;
+    static const int threads[] = {1, 2};
+    static transcript want;
     relay_matcher *m = make();
     relay_match_scan_opts opts = {0, NOW, 4096, 0, RELAY_MATCH_ACCESS_AUTO};
-    relay_match_scan_counts want_counts, got_counts;
-    size_t len = 0, i, j, k;
+    relay_match_scan_counts want_counts;
+    size_t len = 0, i;
     char *text = malloc(2 << 20);
 
     CHECK(text != NULL);
@@ -428,17 +437,8 @@ test_long_lines(void)
         opts.read_chunk = 4096;
         CHECK(scan_stream(m, text, len, &opts, &want, &want_counts) == 0);
         CHECK(want_counts.total == 8 && want_counts.matched == (i ? 6 : 4));
-        for (j = 0; j < 2 * NACCESS; j++) {
-            for (k = 0; k < sizeof(ranges) / sizeof(*ranges); k++) {
-                memset(&got, 0, sizeof(got));
-                opts.threads = (int)(j / NACCESS) + 1;
-                opts.access = accesses[j % NACCESS];
-                opts.read_chunk = ranges[k];
-                CHECK(scan_split(m, text, len, &opts, &got, &got_counts) == 0);
-                CHECK_STR(got.text, want.text);
-                CHECK(got_counts.total == want_counts.total && got_counts.matched == want_counts.matched);
-            }
-        }
+        check_splits(m, text, len, opts, &want, &want_counts, threads, sizeof(threads) / sizeof(*threads), ranges,
+                     sizeof(ranges) / sizeof(*ranges));
     }
     free(text);
     relay_matcher_free(m);
