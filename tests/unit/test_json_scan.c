@@ -459,6 +459,29 @@ test_block_counted(void)
 }
 
 
+/* The block path stops inside nested arrays (here at an exponent) and hands
+ * the levels it opened to the scalar scanner, which must find them arrays
+ * whatever the scanner's memory held: each check first validates objects
+ * nested as deep, from this same frame, so that a level the block path left
+ * unset would still say "object" and reject the valid list. */
+static void
+test_block_levels_resumed(void)
+{
+    static const char objects[] = "{\"a\":{\"b\":{\"c\":{\"d\":{\"e\":1}}}}}";
+    static const char lists[] = "{\"x\":[[[1.5,2.5],[3.5,4.5],[5.5,6.5],[7.5,8.5],[9.5,1e5]],[[1,2]]],\"y\":[1]}";
+    char why[256];
+    int i;
+
+    for (i = 0; i < (int)(sizeof(levels) / sizeof(*levels)); i++) {
+        relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+        CHECK(relay_json_validate_object(objects, sizeof(objects) - 1, MAX, why, sizeof(why)) == 0);
+        relay_json_set_simd(levels[i]);
+        CHECK(relay_json_validate_object(lists, sizeof(lists) - 1, MAX, why, sizeof(why)) == 0);
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
+}
+
+
 /* Numbers of every length around the scanner's 32-byte number window: a
  * '.' or 'e' right at the window's last byte once ended the number early,
  * rejecting valid JSON (found by the fuzzer). Every form must be valid at
@@ -684,6 +707,7 @@ main(void)
     test_block_random();
     test_block_depth();
     test_block_counted();
+    test_block_levels_resumed();
     test_plain_pairs();
     test_scan_line();
     printf("%ld texts compared across levels\n", agree_cases);
