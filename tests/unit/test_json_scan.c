@@ -584,13 +584,24 @@ on_container_note(void *ctx, int32_t slot)
 }
 
 
-/* Scan with the visitor at OFF and at every level: the same calls, the
- * same verdict and reason. */
+/* A visitor's key-length filter that lets through odd lengths and 8 only
+ * (the scanner then calls on_key for those keys alone). */
+static uint64_t
+odd_key_lengths(void *ctx, int32_t object)
+{
+    (void)ctx;
+    (void)object;
+    return UINT64_C(0xaaaaaaaaaaaaaaaa) | UINT64_C(1) << 8;
+}
+
+
+/* Scan with the visitor (its key-length filter: key_lengths, or none) at
+ * OFF and at every level: the same calls, the same verdict and reason. */
 static int
-agree_visited(const char *text, size_t len)
+agree_visited_with(const char *text, size_t len, uint64_t (*key_lengths)(void *, int32_t))
 {
     static transcript want, got;
-    relay_json_visitor v = {NULL, on_key_note, on_scalar_note, on_container_note, on_container_note, NULL};
+    relay_json_visitor v = {NULL, on_key_note, on_scalar_note, on_container_note, on_container_note, key_lengths};
     char want_reason[256], got_reason[256];
     int rc, i, ok = 1;
 
@@ -614,6 +625,22 @@ agree_visited(const char *text, size_t len)
     }
     relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
     return ok;
+}
+
+
+static int
+agree_visited(const char *text, size_t len)
+{
+    return agree_visited_with(text, len, NULL);
+}
+
+
+/* Every way of comparing the levels: plain validation, and visits with and
+ * without a key-length filter. */
+static int
+agree_all(const char *text, size_t len)
+{
+    return agree(text, len) && agree_visited(text, len) && agree_visited_with(text, len, odd_key_lengths);
 }
 
 
@@ -642,6 +669,80 @@ test_plain_pairs(void)
             memcpy(text + at + 1, base + at, len - at);
             CHECK(agree(text, len + 1) && agree_visited(text, len + 1));
         }
+    }
+}
+
+
+/* One pair for test_pair_runs: mostly plain "key":"value" of lengths on
+ * both sides of the one-go pair path's 16-byte limit and of a 64-byte
+ * vector, sometimes a number, a nested object, an escape, non-ASCII or
+ * whitespace. */
+static size_t
+gen_pair(char *out, size_t at)
+{
+    static const char *const odd[] = {
+        "-12.5", "{\"a\":\"b\"}", "\"x\\ny\"", "\"caf\xc3\xa9\"", " \"sp\"", "\"\"", "[1,2]", "null",
+    };
+    unsigned klen = rnd(5) == 0 ? rnd(80) : rnd(14), vlen = rnd(5) == 0 ? rnd(80) : rnd(14), i;
+
+    out[at++] = '"';
+    for (i = 0; i < klen; i++) {
+        out[at++] = (char)('A' + rnd(26));
+    }
+    out[at++] = '"';
+    out[at++] = ':';
+    if (rnd(6) == 0) {
+        const char *v = odd[rnd(sizeof(odd) / sizeof(*odd))];
+
+        memcpy(out + at, v, strlen(v));
+        return at + strlen(v);
+    }
+    out[at++] = '"';
+    for (i = 0; i < vlen; i++) {
+        out[at++] = (char)('0' + rnd(10));
+    }
+    out[at++] = '"';
+    return at;
+}
+
+
+/* Runs of pairs at every alignment, mixing the one-go pair path and the
+ * general one: each object whole and with one planted byte, scanned alike at
+ * every level, with and without a key-length filter (which decides for which
+ * keys the visitor is called at all). */
+static void
+test_pair_runs(void)
+{
+    char text[4096];
+    size_t len, at;
+    unsigned round, n, i;
+
+    for (round = 0; round < 3000; round++) {
+        len = (size_t)sprintf(text, "{\"pad\":\"%.*s\",\"properties\":{", (int)(round % 70),
+                              "0123456789012345678901234567890123456789012345678901234567890123456789");
+        n = 1 + rnd(14);
+        for (i = 0; i < n && len < sizeof(text) - 400; i++) {
+            if (i) {
+                text[len++] = ',';
+            }
+            len = gen_pair(text, len);
+        }
+        len += (size_t)sprintf(text + len, "},\"z\":\"end\"}");
+        CHECK(agree_all(text, len));
+        if (round % 3 == 0) {
+            at = rnd((unsigned)len);
+            text[at] = (char)plant[rnd(sizeof(plant))];
+            CHECK(agree_all(text, len));
+        }
+    }
+    /* A long first value moves every later pair through each alignment. */
+    for (i = 0; i < 64; i++) {
+        len = (size_t)sprintf(text, "{\"k\":\"%.*s\",\"a\":\"b\",\"c\":\"d\",\"e\":\"f\",\"g\":\"h\"}", (int)i,
+                              "0123456789012345678901234567890123456789012345678901234567890123456789");
+        CHECK(agree_all(text, len));
+        len = (size_t)sprintf(text, "{\"q\":{\"k\":\"%.*s\"},\"a\":\"b\",\"c\":1,\"e\":\"f\",\"g\":\"h\"}", (int)i,
+                              "0123456789012345678901234567890123456789012345678901234567890123456789");
+        CHECK(agree_all(text, len));
     }
 }
 
@@ -709,6 +810,7 @@ main(void)
     test_block_counted();
     test_block_levels_resumed();
     test_plain_pairs();
+    test_pair_runs();
     test_scan_line();
     printf("%ld texts compared across levels\n", agree_cases);
     CHECK_DONE();
