@@ -5,7 +5,11 @@
  * ascending; the counts agree with what the sink saw. The same events in a
  * regular file (a memfd) matched on two threads in ranges of 16 bytes
  * (relay_match_scan_file), read or mapped as the input's length is even or
- * odd, must give the sink exactly the same calls. */
+ * odd, must give the sink exactly the same calls. So must the events mapped
+ * across a page boundary, after bytes the scan skips: a mapped file's lines
+ * before its last page are settled ahead, while scanned (line_reader), and
+ * the one crossing into that page is not, which the events alone, shorter
+ * than a page, never reach. */
 #define _GNU_SOURCE /* memfd_create */
 #include "relay/match_scan.h"
 
@@ -76,16 +80,28 @@ on_malformed(void *ctx, long long line, const char *reason)
 }
 
 
-/* The events in the one regular file this process keeps for them. */
+/* The events at byte `at` of the one regular file this process keeps for
+ * them, after `at` bytes that are no JSON at all. */
 static int
-events_file(const char *events, size_t len)
+events_file(const char *events, size_t len, size_t at)
 {
     static int fd = -1;
+    static const char junk[4096] = {'x'};
+    size_t done, n;
 
     if (fd < 0 && (fd = memfd_create("fuzz_match_scan", 0)) < 0) {
         abort();
     }
-    if (ftruncate(fd, 0) < 0 || pwrite(fd, events, len, 0) != (ssize_t)len) {
+    if (ftruncate(fd, 0) < 0) {
+        abort();
+    }
+    for (done = 0; done < at; done += n) {
+        n = at - done < sizeof(junk) ? at - done : sizeof(junk);
+        if (pwrite(fd, junk, n, (off_t)done) != (ssize_t)n) {
+            abort();
+        }
+    }
+    if (pwrite(fd, events, len, (off_t)at) != (ssize_t)len) {
         abort();
     }
     return fd;
@@ -103,6 +119,29 @@ count_lines(const char *p, size_t len)
         n += p[i] == '\n';
     }
     return n + (len > 0 && p[len - 1] != '\n');
+}
+
+
+/* The events mapped from just before a page boundary to past it, scanned
+ * on two threads: the sink must hear what the stream's (want) heard. */
+static void
+check_across_page(relay_matcher *m, const char *events, size_t len, const seen *want,
+                  const relay_match_scan_counts *want_counts)
+{
+    relay_match_scan_opts mapped = {64, INT64_C(1767225600000), 16, 2, RELAY_MATCH_ACCESS_MAP};
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), at = len / 2 < page ? page - len / 2 : 1;
+    seen t = {0, 0, 0, 0};
+    relay_match_scan_sink sink = {on_match, on_malformed, &t};
+    relay_match_scan_counts counts;
+    char err[256];
+
+    if (relay_match_scan_file(m, events_file(events, len, at), (off_t)at, (off_t)(at + len), &mapped, &sink, &counts,
+                              err, sizeof(err))
+            != 0
+        || counts.total != want_counts->total || counts.matched != want_counts->matched || t.digest != want->digest
+        || t.malformed != want->malformed) {
+        abort();
+    }
 }
 
 
@@ -136,13 +175,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
         fclose(in);
-        if (relay_match_scan_file(m, events_file(nl + 1, events_len), 0, (off_t)events_len, &split, &split_sink,
+        if (relay_match_scan_file(m, events_file(nl + 1, events_len, 0), 0, (off_t)events_len, &split, &split_sink,
                                   &split_counts, err, sizeof(err))
                 != 0
             || split_counts.total != counts.total || split_counts.matched != counts.matched || t.digest != s.digest
             || t.malformed != s.malformed) {
             abort();
         }
+        check_across_page(m, nl + 1, events_len, &s, &counts);
     }
     relay_matcher_free(m);
     return 0;

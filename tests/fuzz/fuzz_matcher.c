@@ -6,8 +6,9 @@
  * scanner's block fast path must give the plain scanner's verdict and
  * reason, byte for byte, and matching without the fast paths must find the
  * same rules. Matching the event as the first of newline-separated lines
- * (relay_matcher_match_line) must settle it only where matching the line
- * found by its newline succeeds, with the same length and rules. */
+ * (relay_matcher_match_line), at every level, must settle it only where
+ * matching the line found by its newline succeeds, with the same length and
+ * rules. */
 #include "relay/json_scan.h"
 #include "relay/matcher.h"
 
@@ -20,23 +21,26 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 
+static const int levels[] = {
+    RELAY_JSON_SIMD_PORTABLE,
+    RELAY_JSON_SIMD_SSE2,
+    RELAY_JSON_SIMD_AVX2,
+    RELAY_JSON_SIMD_AVX512,
+};
+#define NLEVELS ((int)(sizeof(levels) / sizeof(*levels)))
+
+
 /* Validate at every fast-path level; abort unless all agree with OFF. */
 static int
 validate_all_levels(const char *p, size_t len)
 {
-    static const int levels[] = {
-        RELAY_JSON_SIMD_PORTABLE,
-        RELAY_JSON_SIMD_SSE2,
-        RELAY_JSON_SIMD_AVX2,
-        RELAY_JSON_SIMD_AVX512,
-    };
     char want[256], got[256];
     int rc, i;
 
     relay_json_set_simd(RELAY_JSON_SIMD_OFF);
     want[0] = '\0';
     rc = relay_json_validate_object(p, len, 4096, want, sizeof(want));
-    for (i = 0; i < (int)(sizeof(levels) / sizeof(*levels)); i++) {
+    for (i = 0; i < NLEVELS; i++) {
         relay_json_set_simd(levels[i]);
         got[0] = '\0';
         if (relay_json_validate_object(p, len, 4096, got, sizeof(got)) != rc || strcmp(got, want) != 0)
@@ -70,18 +74,17 @@ match_plainly(relay_matcher *m, const char *p, size_t len, const uint32_t *ids)
 
 /* The event's text as lines: whatever relay_matcher_match_line settles
  * (first as the file's last line, then as one followed by more), matching
- * the line up to its first newline must settle the same way, and a valid
- * event without a newline must be settled. */
+ * the line up to its first newline without the fast paths (k rules, want)
+ * must settle the same way, and a valid event without a newline must be
+ * settled. */
 static void
-check_line_mode(relay_matcher *m, relay_match_state *st, const char *p, size_t len)
+check_lines_at_level(relay_matcher *m, relay_match_state *st, const char *p, size_t len, int k, const uint32_t *want)
 {
     const char *nl = memchr(p, '\n', len);
     size_t line = nl ? (size_t)(nl - p) : len, got;
-    uint32_t ids[8], want[8];
-    char err[256];
-    int eol, n, k, i;
+    uint32_t ids[8];
+    int eol, n, i;
 
-    k = relay_matcher_match(m, p, line, 4096, INT64_C(1767225600000), want, 8, err, sizeof(err));
     for (eol = 1; eol >= 0; eol--) {
         n = relay_matcher_match_line(m, st, p, len, eol, 4096, INT64_C(1767225600000), ids, 8, &got);
         if (n >= 0 && (got != line || n != k || (!eol && !nl))) {
@@ -96,6 +99,26 @@ check_line_mode(relay_matcher *m, relay_match_state *st, const char *p, size_t l
             abort();
         }
     }
+}
+
+
+/* check_lines_at_level at every level of the scanner: the line mode's own
+ * paths (a newline ending the value) in each of them. */
+static void
+check_line_mode(relay_matcher *m, relay_match_state *st, const char *p, size_t len)
+{
+    const char *nl = memchr(p, '\n', len);
+    uint32_t want[8];
+    char err[256];
+    int k, i;
+
+    relay_json_set_simd(RELAY_JSON_SIMD_OFF);
+    k = relay_matcher_match(m, p, nl ? (size_t)(nl - p) : len, 4096, INT64_C(1767225600000), want, 8, err, sizeof(err));
+    for (i = 0; i < NLEVELS; i++) {
+        relay_json_set_simd(levels[i]);
+        check_lines_at_level(m, st, p, len, k, want);
+    }
+    relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
 }
 
 
