@@ -50,9 +50,9 @@ typedef struct chunk {
     uint32_t *words;
     size_t nwords, cap;
     long long lines, matched;
-    int done, oom;
-    int shrank;     /* the file ended early: it was truncated */
-    int read_errno; /* a read failed */
+    int done;
+    enum failure failure; /* why matching the chunk stopped short, if it did */
+    int read_errno;       /* with FAILED_READ: the read's */
 } chunk;
 
 typedef struct pool {
@@ -98,7 +98,7 @@ push_words(chunk *c, const uint32_t *w, size_t n)
             cap *= 2;
         }
         if ((grown = realloc(c->words, cap * sizeof(*grown))) == NULL) {
-            c->oom = 1;
+            c->failure = FAILED_MEMORY;
             return -1;
         }
         c->words = grown;
@@ -152,7 +152,7 @@ match_line(worker *w, chunk *c, const char *text, size_t len)
                                  sizeof(reason));
     if (n > 0 && (size_t)n > w->ids_cap) {
         if ((grown = realloc(w->ids, (size_t)n * sizeof(*grown))) == NULL) {
-            c->oom = 1;
+            c->failure = FAILED_MEMORY;
             return;
         }
         w->ids = grown;
@@ -189,7 +189,7 @@ on_line_ahead(void *ctx, const char *text, size_t avail, int eol_at_end, size_t 
         record_match(w, c, (uint32_t)c->lines, n);
     }
     c->lines++;
-    return c->oom;
+    return c->failure != FAILED_NOT;
 }
 
 
@@ -208,7 +208,7 @@ on_line(void *ctx, const char *text, size_t len)
         relay_json_too_large(len, w->p->opts->max_bytes, reason, sizeof(reason));
         record_malformed(c, (uint32_t)c->lines++, reason);
     }
-    return c->oom;
+    return c->failure != FAILED_NOT;
 }
 
 
@@ -224,10 +224,11 @@ match_chunk(worker *w, chunk *c)
     w->at = c;
     rc = relay_line_reader_run(&w->reader, &range, &calls);
     if (rc == RELAY_LINES_NOMEM) {
-        c->oom = 1;
+        c->failure = FAILED_MEMORY;
     } else if (rc == RELAY_LINES_SHRANK) {
-        c->shrank = 1;
+        c->failure = FAILED_SHRANK;
     } else if (rc == RELAY_LINES_ERROR) {
+        c->failure = FAILED_READ;
         c->read_errno = errno ? errno : EIO;
     }
 }
@@ -387,8 +388,8 @@ consume(pool *p, size_t i, const relay_match_scan_sink *sink, relay_match_scan_c
         pthread_cond_wait(&p->ready, &p->lock);
     }
     pthread_mutex_unlock(&p->lock);
-    if (c->oom || c->shrank || c->read_errno) {
-        *failure = c->oom ? FAILED_MEMORY : c->shrank ? FAILED_SHRANK : FAILED_READ;
+    if (c->failure != FAILED_NOT) {
+        *failure = c->failure;
         p->read_errno = c->read_errno;
         return 1;
     }
