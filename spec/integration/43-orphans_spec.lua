@@ -76,6 +76,31 @@ local function runc_runs(state_dir, consumer)
 end
 
 
+--- The state letter of a process's stat (R, S, T, Z...), or nil once gone.
+local function stat_state(path)
+    return (fs.read_file(path .. "/stat") or ""):match("^%d+ %b() (%a)")
+end
+
+
+--- Whether every thread of process pid is stopped (state T): a stop
+-- reaches a process's threads one at a time.
+local function stopped(pid)
+    for _, e in ipairs(fs.list("/proc/" .. pid .. "/task") or {}) do
+        if stat_state("/proc/" .. pid .. "/task/" .. e.name) ~= "T" then
+            return false
+        end
+    end
+    return true
+end
+
+
+--- "alive", "zombie" (dead, not yet reaped) or "gone".
+local function process_state(pid)
+    local state = stat_state("/proc/" .. pid)
+    return state == nil and "gone" or (state == "Z" or state == "X") and "zombie" or "alive"
+end
+
+
 --- Container ids runc lists under a consumer's runtime root.
 local function runc_list(state_dir, consumer, stream)
     local runc_root = root_dir(state_dir, consumer, stream) .. "/runc"
@@ -225,14 +250,19 @@ maybe("orphaned containers (runc) #compressed", function()
     it("removes a dead consumer's leftovers on this host at start", function()
         w = world.new({ apps = APPS })
         local d1, _, sleep = one_running(w, "sleep", 20)
-        -- a crash of the daemon and of its runc: nobody is left to clean up
-        -- (runc frozen first, or it would clean up after its container)
+        -- a crash of the daemon and of its runc: nobody is left to clean up.
+        -- The daemon is frozen while runc is killed, or it would clean up
+        -- after runc; a runc frozen instead would be thawed by the kernel
+        -- (SIGHUP and SIGCONT to a stopped process whose process group the
+        -- daemon's death orphans) and clean up after its container.
         local runs = runc_runs(w.state_dir, w:consumer("c1"))
         assert.are.equal(1, #runs)
-        fs.kill(runs[1], SIGSTOP)
-        d1:kill9()
+        fs.kill(d1.pid, SIGSTOP)
+        daemon.wait_until(function() return stopped(d1.pid) end, 5, "the daemon's stop")
         fs.kill(runs[1], 9)
-        daemon.wait_until(function() return not fs.exists("/proc/" .. runs[1]) end, 5, "runc's exit")
+        -- its parent is frozen: it stays a zombie until the daemon dies
+        daemon.wait_until(function() return process_state(runs[1]) ~= "alive" end, 5, "runc's death")
+        d1:kill9()
         assert.are.equal(1, #runc_list(w.state_dir, w:consumer("c1")))
 
         local d2 = w:started("c2")
