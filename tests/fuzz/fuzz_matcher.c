@@ -74,13 +74,13 @@ match_plainly(relay_matcher *m, const char *p, size_t len, const uint32_t *ids)
 
 /* The event's text as lines: whatever relay_matcher_match_line settles
  * (first as the file's last line, then as one followed by more), matching
- * the line up to its first newline without the fast paths (k rules, want)
+ * the line up to its first newline (nl) without the fast paths (k rules, want)
  * must settle the same way, and a valid event without a newline must be
  * settled. */
 static void
-check_lines_at_level(relay_matcher *m, relay_match_state *st, const char *p, size_t len, int k, const uint32_t *want)
+check_lines_at_level(relay_matcher *m, relay_match_state *st, const char *p, size_t len, const char *nl, int k,
+                     const uint32_t *want)
 {
-    const char *nl = memchr(p, '\n', len);
     size_t line = nl ? (size_t)(nl - p) : len, got;
     uint32_t ids[8];
     int eol, n, i;
@@ -116,7 +116,7 @@ check_line_mode(relay_matcher *m, relay_match_state *st, const char *p, size_t l
     k = relay_matcher_match(m, p, nl ? (size_t)(nl - p) : len, 4096, INT64_C(1767225600000), want, 8, err, sizeof(err));
     for (i = 0; i < NLEVELS; i++) {
         relay_json_set_simd(levels[i]);
-        check_lines_at_level(m, st, p, len, k, want);
+        check_lines_at_level(m, st, p, len, nl, k, want);
     }
     relay_json_set_simd(RELAY_JSON_SIMD_AUTO);
 }

@@ -673,10 +673,13 @@ test_plain_pairs(void)
 }
 
 
+/* 70 digits: a value whose printed length (%.*s) moves what follows it. */
+static const char digits70[] = "0123456789012345678901234567890123456789012345678901234567890123456789";
+
+
 /* One pair for test_pair_runs: mostly plain "key":"value" of lengths on
- * both sides of the one-go pair path's 16-byte limit and of a 64-byte
- * vector, sometimes a number, a nested object, an escape, non-ASCII or
- * whitespace. */
+ * both sides of the one-go pair path's 16-byte limit, sometimes a number, a
+ * nested object, an escape, non-ASCII or whitespace. */
 static size_t
 gen_pair(char *out, size_t at)
 {
@@ -718,8 +721,7 @@ test_pair_runs(void)
     unsigned round, n, i;
 
     for (round = 0; round < 3000; round++) {
-        len = (size_t)sprintf(text, "{\"pad\":\"%.*s\",\"properties\":{", (int)(round % 70),
-                              "0123456789012345678901234567890123456789012345678901234567890123456789");
+        len = (size_t)sprintf(text, "{\"pad\":\"%.*s\",\"properties\":{", (int)(round % 70), digits70);
         n = 1 + rnd(14);
         for (i = 0; i < n && len < sizeof(text) - 400; i++) {
             if (i) {
@@ -737,11 +739,11 @@ test_pair_runs(void)
     }
     /* A long first value moves every later pair through each alignment. */
     for (i = 0; i < 64; i++) {
-        len = (size_t)sprintf(text, "{\"k\":\"%.*s\",\"a\":\"b\",\"c\":\"d\",\"e\":\"f\",\"g\":\"h\"}", (int)i,
-                              "0123456789012345678901234567890123456789012345678901234567890123456789");
+        len =
+            (size_t)sprintf(text, "{\"k\":\"%.*s\",\"a\":\"b\",\"c\":\"d\",\"e\":\"f\",\"g\":\"h\"}", (int)i, digits70);
         CHECK(agree_all(text, len));
         len = (size_t)sprintf(text, "{\"q\":{\"k\":\"%.*s\"},\"a\":\"b\",\"c\":1,\"e\":\"f\",\"g\":\"h\"}", (int)i,
-                              "0123456789012345678901234567890123456789012345678901234567890123456789");
+                              digits70);
         CHECK(agree_all(text, len));
     }
 }
