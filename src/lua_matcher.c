@@ -137,8 +137,12 @@ l_add_rules(lua_State *L)
     char err[256];
     size_t i;
 
+    if (relay_matcher_reserve(*box, block->count, err, sizeof(err)) < 0) {
+        return nil_error(L, err);
+    }
     for (i = 0; i < block->count; i++) {
-        if (relay_matcher_add(*box, relay_rule_block_json(block, i), block->entries[i].json_len, err, sizeof(err))
+        if (relay_matcher_add_compiled(*box, relay_rule_block_json(block, i), block->entries[i].json_len, err,
+                                       sizeof(err))
             < 0) {
             lua_pushnil(L);
             lua_pushstring(L, err);

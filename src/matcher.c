@@ -41,8 +41,8 @@ relay_matcher_new(void)
 }
 
 
-int
-relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err, size_t errlen)
+static int
+add_rule(relay_matcher *m, const char *rule_json, size_t len, int validated, char *err, size_t errlen)
 {
     size_t groups = m->ngroups, fields = m->nfields, alts = m->nalts;
     uint32_t group;
@@ -62,7 +62,7 @@ relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err
         m->compiled = 0;
         return (int)m->nrules++;
     }
-    if (mrule_parse(m, rule_json, len, &group, err, errlen) < 0) {
+    if (mrule_parse(m, rule_json, len, validated, &group, err, errlen) < 0) {
         /* Nodes made for the failed rule stay; they only widen tracking. */
         m->ngroups = groups;
         m->nfields = fields;
@@ -75,6 +75,34 @@ relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err
     m->rules[m->nrules] = group;
     m->compiled = 0;
     return (int)m->nrules++;
+}
+
+
+int
+relay_matcher_add(relay_matcher *m, const char *rule_json, size_t len, char *err, size_t errlen)
+{
+    return add_rule(m, rule_json, len, 0, err, errlen);
+}
+
+
+int
+relay_matcher_add_compiled(relay_matcher *m, const char *rule_json, size_t len, char *err, size_t errlen)
+{
+    return add_rule(m, rule_json, len, 1, err, errlen);
+}
+
+
+int
+relay_matcher_reserve(relay_matcher *m, size_t more, char *err, size_t errlen)
+{
+    if (more > INT32_MAX - m->nrules) {
+        return set_message(err, errlen, "too many rules");
+    }
+    if (mgrow(&m->rules, &m->rules_cap, m->nrules + more, sizeof(*m->rules)) < 0
+        || msame_reserve(m, m->nrules + more) < 0) {
+        return set_message(err, errlen, "out of memory");
+    }
+    return 0;
 }
 
 

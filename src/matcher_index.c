@@ -194,6 +194,9 @@ choose_anchors(const relay_matcher *m, uint32_t *anchors)
         anchors[r] = o.first;
         choices |= o.count > 1;
     }
+    if (choices && mtable_reserve(&counts, m->nalts) < 0) {
+        rc = -1;
+    }
     for (r = 0; choices && r < m->nrules && rc == 0; r++) {
         rc = msame_is_copy(m, r) ? 0 : each_anchorable(m, m->rules[r], count_field, &counts);
     }
@@ -353,8 +356,9 @@ mindex_build(relay_matcher *m)
     }
     free(m->always);
     m->nalways = 0;
-    if ((m->always = malloc((m->nrules ? m->nrules : 1) * sizeof(*m->always))) && index_pass(m, anchors, 0) == 0
-        && layout_postings(m) == 0 && index_pass(m, anchors, 1) == 0) {
+    if ((m->always = malloc((m->nrules ? m->nrules : 1) * sizeof(*m->always)))
+        && mtable_reserve(&m->index, m->nalts) == 0 && index_pass(m, anchors, 0) == 0 && layout_postings(m) == 0
+        && index_pass(m, anchors, 1) == 0) {
         rc = 0;
     }
     free(anchors);

@@ -241,19 +241,22 @@ uint64_t mhash(const void *key, size_t len, uint64_t seed);
 int mpool_add(relay_matcher *m, const char *s, size_t len, uint32_t *off);
 mentry *mtable_find(const mtable *t, uint64_t hash, uint32_t node, uint32_t tag, const char *pool, const char *key,
                     size_t len);
+int mtable_reserve(mtable *t, size_t n);
 mentry *mtable_insert(mtable *t, uint64_t hash);
 void mtable_free(mtable *t);
 uint64_t medge_hash(uint32_t parent, const char *key, size_t len);
 uint64_t mindex_hash(uint32_t node, uint32_t tag, const char *key, size_t len);
 
-/* matcher_rule.c */
-int mrule_parse(relay_matcher *m, const char *json, size_t len, uint32_t *group, char *err, size_t errlen);
+/* matcher_rule.c; validated: the caller vouches that json is valid JSON. */
+int mrule_parse(relay_matcher *m, const char *json, size_t len, int validated, uint32_t *group, char *err,
+                size_t errlen);
 uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, size_t len);
 
 /* matcher_same.c */
 mentry *msame_find(const relay_matcher *m, const char *text, size_t len);
 int msame_follow(relay_matcher *m, uint32_t rule, mentry *e);
 int msame_record(relay_matcher *m, uint32_t rule, const char *text, size_t len);
+int msame_reserve(relay_matcher *m, size_t rules);
 
 /* Whether the rule follows an identical earlier one (not indexed itself). */
 static inline int

@@ -1,5 +1,6 @@
 /* Parse one rule in normal form into groups, fields and alternatives.
- * The text is validated as JSON first, so this reader only checks shape.
+ * The text is valid JSON (validated here first unless the caller vouches for
+ * it), so this reader only checks shape.
  * Recursion follows group nesting, capped at RELAY_MATCHER_MAX_RULE_DEPTH. */
 #include "matcher_internal.h"
 #include "relay/json_scan.h"
@@ -58,25 +59,55 @@ expect(rparser *r, char c, const char *what)
 }
 
 
+/* A string's text between its quotes, still escaped. */
+typedef struct rstring {
+    const char *text;
+    size_t len;
+    int escaped;
+} rstring;
+
+
+/* Read a string; r->p moves past its closing quote. */
+static int
+read_string(rparser *r, rstring *s)
+{
+    if (peek(r) != '"') {
+        return rfail(r, "expected a string");
+    }
+    s->text = ++r->p;
+    s->escaped = 0;
+    while (*r->p != '"') {
+        if (*r->p == '\\') {
+            s->escaped = 1;
+            r->p++;
+        }
+        r->p++;
+    }
+    s->len = (size_t)(r->p - s->text);
+    r->p++;
+    return 0;
+}
+
+
+/* Copy a string read by read_string into the pool, unescaped. */
+static int
+pool_string(rparser *r, const rstring *s, uint32_t *off, uint32_t *len)
+{
+    if (mpool_add(r->m, s->text, s->len, off) < 0) {
+        return oom(r);
+    }
+    *len = s->escaped ? (uint32_t)relay_json_unescape(r->m->pool + *off, s->len, r->m->pool + *off) : (uint32_t)s->len;
+    return 0;
+}
+
+
 /* Read a string into the pool, unescaped. */
 static int
 parse_string(rparser *r, uint32_t *off, uint32_t *len)
 {
-    const char *s;
+    rstring s;
 
-    if (peek(r) != '"') {
-        return rfail(r, "expected a string");
-    }
-    s = ++r->p;
-    while (*r->p != '"') {
-        r->p += *r->p == '\\' ? 2 : 1;
-    }
-    if (mpool_add(r->m, s, (size_t)(r->p - s), off) < 0) {
-        return oom(r);
-    }
-    *len = (uint32_t)relay_json_unescape(r->m->pool + *off, (size_t)(r->p - s), r->m->pool + *off);
-    r->p++;
-    return 0;
+    return read_string(r, &s) < 0 ? -1 : pool_string(r, &s, off, len);
 }
 
 
@@ -337,17 +368,39 @@ parse_operand(rparser *r, const relay_matcher_op *op, uint32_t node, int depth, 
 }
 
 
+/* The operator a string names, or NULL. Only an escaped spelling needs the
+ * pool, and only for the lookup. */
+static int
+string_op(rparser *r, const rstring *s, const relay_matcher_op **op)
+{
+    size_t pooled = r->m->pool_len;
+    uint32_t off, len;
+
+    if (!s->escaped) {
+        *op = relay_matcher_op_find(s->text, s->len);
+        return 0;
+    }
+    if (pool_string(r, s, &off, &len) < 0) {
+        return -1;
+    }
+    *op = relay_matcher_op_find(r->m->pool + off, len);
+    r->m->pool_len = pooled;
+    return 0;
+}
+
+
 /* One alternative: an object with exactly one operator key. */
 static int
 parse_alt(rparser *r, uint32_t node, int depth, uint32_t *alt)
 {
-    uint32_t off, len;
+    const relay_matcher_op *op;
+    rstring name;
 
-    if (expect(r, '{', "an alternative must be an object") < 0 || parse_string(r, &off, &len) < 0
-        || expect(r, ':', "expected ':'") < 0) {
+    if (expect(r, '{', "an alternative must be an object") < 0 || read_string(r, &name) < 0
+        || expect(r, ':', "expected ':'") < 0 || string_op(r, &name, &op) < 0) {
         return -1;
     }
-    if (parse_operand(r, relay_matcher_op_find(r->m->pool + off, len), node, depth, alt) < 0) {
+    if (parse_operand(r, op, node, depth, alt) < 0) {
         return -1;
     }
     return expect(r, '}', "an alternative must have exactly one operator");
@@ -422,19 +475,44 @@ new_field(rparser *r, uint32_t group, uint32_t *tail, uint32_t *field)
 }
 
 
+/* The node a field name leads to from `parent`, made if new. A name already
+ * known is not pooled again: a block of 10,000 rules names the same few
+ * fields 10,000 times. */
+static int
+field_node(rparser *r, uint32_t parent, const rstring *s, uint32_t *child)
+{
+    relay_matcher *m = r->m;
+    size_t nodes = m->nnodes, pooled = m->pool_len;
+    uint32_t off, len;
+
+    if (!s->escaped && (*child = mnode_child(m, parent, s->text, s->len)) != MNONE) {
+        return 0;
+    }
+    if (pool_string(r, s, &off, &len) < 0) {
+        return -1;
+    }
+    if (node_child(m, parent, off, len, child) < 0) {
+        return oom(r);
+    }
+    if (m->nnodes == nodes) {
+        m->pool_len = pooled; /* an escaped spelling of a known name */
+    }
+    return 0;
+}
+
+
 static int
 parse_fields(rparser *r, uint32_t group, int depth)
 {
     relay_matcher *m = r->m;
-    uint32_t off, len, child, field, first_alt = MNONE, tail = MNONE;
+    uint32_t child, field, first_alt = MNONE, tail = MNONE;
+    rstring name;
     int empty_ok = 1;
 
     for (;;) {
-        if (parse_string(r, &off, &len) < 0 || expect(r, ':', "expected ':'") < 0) {
+        if (read_string(r, &name) < 0 || expect(r, ':', "expected ':'") < 0
+            || field_node(r, m->groups[group].node, &name, &child) < 0) {
             return -1;
-        }
-        if (node_child(m, m->groups[group].node, off, len, &child) < 0) {
-            return oom(r);
         }
         if (parse_alts(r, child, depth, &first_alt) < 0 || new_field(r, group, &tail, &field) < 0) {
             return -1;
@@ -474,12 +552,12 @@ parse_group(rparser *r, uint32_t node, int depth, uint32_t *group)
 
 
 int
-mrule_parse(relay_matcher *m, const char *json, size_t len, uint32_t *group, char *err, size_t errlen)
+mrule_parse(relay_matcher *m, const char *json, size_t len, int validated, uint32_t *group, char *err, size_t errlen)
 {
     rparser r = {m, json, json, json + len, err, errlen};
     char why[128];
 
-    if (relay_json_validate_object(json, len, SIZE_MAX, why, sizeof(why)) < 0) {
+    if (!validated && relay_json_validate_object(json, len, SIZE_MAX, why, sizeof(why)) < 0) {
         if (err && errlen) {
             snprintf(err, errlen, "invalid rule: %s", why);
         }

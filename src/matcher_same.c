@@ -13,14 +13,32 @@
 #define TEXT_SEED 0x5a4d45ULL
 
 
+/* Room in the chain arrays for `rules` rules in all. */
+static int
+grow_chains(relay_matcher *m, size_t rules)
+{
+    size_t cap = m->same_cap;
+
+    if (mgrow(&m->same_as, &cap, rules, sizeof(*m->same_as)) < 0) {
+        return -1;
+    }
+    return mgrow(&m->next_same, &m->same_cap, rules, sizeof(*m->next_same));
+}
+
+
+/* Room in the chain arrays and the text table for `rules` rules in all. */
+int
+msame_reserve(relay_matcher *m, size_t rules)
+{
+    return grow_chains(m, rules) < 0 ? -1 : mtable_reserve(&m->texts, rules);
+}
+
+
 /* Room in the chain arrays for rule id `rule`, which starts alone. */
 static int
 room_for(relay_matcher *m, uint32_t rule)
 {
-    size_t cap = m->same_cap;
-
-    if (mgrow(&m->same_as, &cap, (size_t)rule + 1, sizeof(*m->same_as)) < 0
-        || mgrow(&m->next_same, &m->same_cap, (size_t)rule + 1, sizeof(*m->next_same)) < 0) {
+    if (grow_chains(m, (size_t)rule + 1) < 0) {
         return -1;
     }
     m->same_as[rule] = m->next_same[rule] = MNONE;

@@ -176,6 +176,24 @@ mtable_resize(mtable *t, size_t cap)
 }
 
 
+/* Room for `n` entries in all, so that filling a table whose size is known
+ * rehashes nothing (growing by doubling moved and cleared each entry about
+ * twice more). */
+int
+mtable_reserve(mtable *t, size_t n)
+{
+    size_t cap = t->cap ? t->cap : 16;
+
+    while (n * 2 > cap) {
+        if (cap > SIZE_MAX / 4) {
+            return -1;
+        }
+        cap *= 2;
+    }
+    return cap == t->cap ? 0 : mtable_resize(t, cap);
+}
+
+
 /* A free entry for `hash`, already marked used; the caller fills it. */
 mentry *
 mtable_insert(mtable *t, uint64_t hash)
@@ -183,7 +201,7 @@ mtable_insert(mtable *t, uint64_t hash)
     size_t i;
     uint32_t *tags;
 
-    if ((t->len + 1) * 2 > t->cap && mtable_resize(t, t->cap ? t->cap * 2 : 16) < 0) {
+    if ((t->len + 1) * 2 > t->cap && mtable_reserve(t, t->len + 1) < 0) {
         return NULL;
     }
     tags = mtable_tags(t);

@@ -295,6 +295,56 @@ test_identical_rules(void)
 }
 
 
+/* Field and operator names may be escaped: they mean what they spell, and a
+ * field spelled both ways is one field. */
+static void
+test_escaped_names(void)
+{
+    const char *rules[] = {
+        "{\"a\":[{\"eq\":1}]}",
+        "{\"\\u0061\":[{\"\\u0065q\":2}]}",
+        "{\"b\\\"\":[{\"eq\":3}]}",
+        "{\"a\":[{\"\\u0070refix\":\"x\"}]}",
+    };
+    const char *unknown = "{\"a\":[{\"\\u0065x\":1}]}";
+    relay_matcher *m = make(rules, 4);
+    char err[200];
+
+    CHECK_STR(ids_of(m, "{\"a\":1}"), "0");
+    CHECK_STR(ids_of(m, "{\"\\u0061\":2}"), "1");
+    CHECK_STR(ids_of(m, "{\"b\\\"\":3}"), "2");
+    CHECK_STR(ids_of(m, "{\"a\":\"xy\"}"), "3");
+    CHECK(relay_matcher_add(m, unknown, strlen(unknown), err, sizeof(err)) == -1);
+    CHECK(strstr(err, "unknown operator") != NULL);
+    CHECK_STR(ids_of(m, "{\"a\":2,\"b\\\"\":3}"), "1,2");
+    relay_matcher_free(m);
+}
+
+
+/* A block's rules: room made for them first, added without validation,
+ * numbered and matched as rules added one by one. */
+static void
+test_reserved_block(void)
+{
+    const char *x = "{\"a\":[{\"eq\":\"x\"}]}", *y = "{\"b\":[{\"group\":{\"c\":[{\"prefix\":\"y\"}]}}]}";
+    relay_matcher *m = relay_matcher_new();
+    char err[200];
+
+    CHECK(relay_matcher_add(m, x, strlen(x), err, sizeof(err)) == 0);
+    CHECK(relay_matcher_reserve(m, 3, err, sizeof(err)) == 0);
+    CHECK(relay_matcher_add_compiled(m, y, strlen(y), err, sizeof(err)) == 1);
+    CHECK(relay_matcher_add_compiled(m, x, strlen(x), err, sizeof(err)) == 2);
+    CHECK(relay_matcher_add_compiled(m, y, strlen(y), err, sizeof(err)) == 3);
+    CHECK(relay_matcher_add(m, x, strlen(x), err, sizeof(err)) == 4); /* past the room made */
+    CHECK(relay_matcher_reserve(m, SIZE_MAX, err, sizeof(err)) == -1);
+    CHECK(strstr(err, "too many rules") != NULL);
+    CHECK(relay_matcher_count(m) == 5);
+    CHECK_STR(ids_of(m, "{\"a\":\"x\",\"b\":{\"c\":\"yz\"}}"), "0,1,2,3,4");
+    CHECK_STR(ids_of(m, "{\"b\":{\"c\":\"y\"}}"), "1,3");
+    relay_matcher_free(m);
+}
+
+
 static void
 test_compile_errors(void)
 {
@@ -658,6 +708,8 @@ main(void)
     test_temporal();
     test_combinations();
     test_identical_rules();
+    test_escaped_names();
+    test_reserved_block();
     test_compile_errors();
     test_many_rules();
     test_number_arrays();
