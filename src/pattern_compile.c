@@ -14,20 +14,31 @@
 static const char *const entry_keys[] = {"handler", "pattern", "timeout", "retries", NULL};
 
 
+/* jb_put when the buffer must grow. */
 static int
+jb_grow(relay_pattern_buf *b, size_t n)
+{
+    size_t ncap = b->cap ? b->cap : 256;
+    char *d;
+
+    while (b->len + n + 1 > ncap) {
+        ncap *= 2;
+    }
+    if ((d = realloc(b->data, ncap)) == NULL) {
+        return -1;
+    }
+    b->data = d;
+    b->cap = ncap;
+    return 0;
+}
+
+
+/* Inline, so that the many short constant pieces are plain stores. */
+static inline int
 jb_put(relay_pattern_buf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap : 256;
-        char *d;
-        while (b->len + n + 1 > ncap) {
-            ncap *= 2;
-        }
-        if ((d = realloc(b->data, ncap)) == NULL) {
-            return -1;
-        }
-        b->data = d;
-        b->cap = ncap;
+    if (b->len + n + 1 > b->cap && jb_grow(b, n) != 0) {
+        return -1;
     }
     memcpy(b->data + b->len, s, n);
     b->len += n;
@@ -36,6 +47,15 @@ jb_put(relay_pattern_buf *b, const char *s, size_t n)
 
 
 #define JB_LIT(b, s) jb_put((b), (s), sizeof(s) - 1)
+
+
+/* The bytes yaml.json_string escapes: '"', '\\' and control bytes (0x00-0x1f, 0x7f). */
+static const unsigned char escaped_byte[256] = {
+    [0x00 ... 0x1f] = 1,
+    ['"'] = 1,
+    ['\\'] = 1,
+    [0x7f] = 1,
+};
 
 
 /* As yaml.json_string: '"', '\\' and control bytes (0x00-0x1f, 0x7f) escaped. */
@@ -53,7 +73,7 @@ jb_string(relay_pattern_buf *b, const char *s, size_t n)
         unsigned char c = (unsigned char)s[i];
         const char *e = NULL;
         size_t elen = 2;
-        if (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f) {
+        if (!escaped_byte[c]) {
             continue;
         }
         switch (c) {

@@ -592,6 +592,15 @@ resolve_float(const char *s, size_t len, double *out)
 }
 
 
+/* Every null, boolean, integer and float of the core schema starts with one
+ * of these; any other plain scalar is a string without further tests. */
+static int
+may_resolve(char c)
+{
+    return c != '\0' && strchr("nNtTfF~+-.0123456789", c) != NULL;
+}
+
+
 void
 relay_yaml_resolve(const relay_yaml_node *node, relay_yaml_value *out)
 {
@@ -604,6 +613,9 @@ relay_yaml_resolve(const relay_yaml_node *node, relay_yaml_value *out)
     memset(out, 0, sizeof(*out));
     out->type = RELAY_YAML_STR;
     if (node->kind != RELAY_YAML_SCALAR || node->quoted || node->str_tag) {
+        return;
+    }
+    if (len > 0 && !may_resolve(s[0])) {
         return;
     }
     if (len == 0 || is_one_of(s, len, nulls)) {
