@@ -4,6 +4,8 @@
  * reader dispatches on the row it found instead of comparing spellings. */
 #include "matcher_internal.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 #define ROW(name, operand, written)              \
@@ -31,11 +33,40 @@ const relay_matcher_op relay_matcher_ops[] = {
 };
 
 
+/* Bit (x % 64) for each name length and, apart, each first byte of the
+ * table's names: most lookups are of field names, and these turn nearly all
+ * of them away without a walk of the table. Worked out on first use; threads
+ * that race store the same masks. */
+static _Atomic uint64_t name_lengths, first_bytes;
+
+static int
+may_name_op(const char *name, size_t len)
+{
+    uint64_t lengths = atomic_load_explicit(&name_lengths, memory_order_acquire), firsts = 0;
+    const relay_matcher_op *op;
+
+    if (lengths != 0) {
+        firsts = atomic_load_explicit(&first_bytes, memory_order_relaxed); /* stored before lengths */
+    } else {
+        for (op = relay_matcher_ops; op->name != NULL; op++) {
+            lengths |= UINT64_C(1) << (op->len % 64);
+            firsts |= UINT64_C(1) << ((unsigned char)op->name[0] % 64);
+        }
+        atomic_store_explicit(&first_bytes, firsts, memory_order_relaxed);
+        atomic_store_explicit(&name_lengths, lengths, memory_order_release);
+    }
+    return len > 0 && (lengths >> (len % 64) & 1) && (firsts >> ((unsigned char)name[0] % 64) & 1);
+}
+
+
 const relay_matcher_op *
 relay_matcher_op_find(const char *name, size_t len)
 {
     const relay_matcher_op *op;
 
+    if (!may_name_op(name, len)) {
+        return NULL;
+    }
     for (op = relay_matcher_ops; op->name != NULL; op++) {
         if (op->len == len && memcmp(op->name, name, len) == 0) {
             return op;
