@@ -61,11 +61,16 @@ plain_start(char c)
 }
 
 
+/* The bytes of a plain key here: letters, digits, _ - . / (a table: key_end
+ * reads every byte of every block key through it). */
+static const unsigned char key_chars[256] = {
+    ['a' ... 'z'] = 1, ['A' ... 'Z'] = 1, ['0' ... '9'] = 1, ['_'] = 1, ['-'] = 1, ['.'] = 1, ['/'] = 1,
+};
+
 static int
 key_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'
-           || c == '.' || c == '/';
+    return key_chars[(unsigned char)c];
 }
 
 

@@ -39,8 +39,8 @@ struct relay_yaml_node {
     relay_yaml_kind kind;
     int line;                /* 1-based */
     int col;                 /* 1-based, in characters */
-    int quoted;              /* scalar written quoted, literal or folded */
-    int str_tag;             /* scalar carried an explicit !!str */
+    unsigned char quoted;    /* scalar written quoted, literal or folded */
+    unsigned char str_tag;   /* scalar carried an explicit !!str */
     char *text;              /* scalar: raw text, NUL-terminated (may contain NULs) */
     size_t len;              /* scalar: length of text */
     relay_yaml_node **items; /* seq: items; map: key0, value0, key1, value1, ... */
