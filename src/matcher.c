@@ -45,6 +45,7 @@ static int
 add_rule(relay_matcher *m, const char *rule_json, size_t len, int validated, char *err, size_t errlen)
 {
     size_t groups = m->ngroups, fields = m->nfields, alts = m->nalts;
+    uint64_t hash;
     uint32_t group;
     mentry *same;
 
@@ -54,7 +55,7 @@ add_rule(relay_matcher *m, const char *rule_json, size_t len, int validated, cha
     if (mgrow(&m->rules, &m->rules_cap, m->nrules + 1, sizeof(*m->rules)) < 0) {
         return set_message(err, errlen, "out of memory");
     }
-    if ((same = msame_find(m, rule_json, len)) != NULL) {
+    if ((same = msame_find(m, rule_json, len, &hash)) != NULL) {
         if (msame_follow(m, (uint32_t)m->nrules, same) < 0) {
             return set_message(err, errlen, "out of memory");
         }
@@ -69,7 +70,7 @@ add_rule(relay_matcher *m, const char *rule_json, size_t len, int validated, cha
         m->nalts = alts;
         return -1;
     }
-    if (msame_record(m, (uint32_t)m->nrules, rule_json, len) < 0) {
+    if (msame_record(m, (uint32_t)m->nrules, rule_json, len, hash) < 0) {
         return set_message(err, errlen, "out of memory");
     }
     m->rules[m->nrules] = group;

@@ -253,9 +253,9 @@ int mrule_parse(relay_matcher *m, const char *json, size_t len, int validated, u
 uint32_t mnode_child(const relay_matcher *m, uint32_t parent, const char *key, size_t len);
 
 /* matcher_same.c */
-mentry *msame_find(const relay_matcher *m, const char *text, size_t len);
+mentry *msame_find(const relay_matcher *m, const char *text, size_t len, uint64_t *hash);
 int msame_follow(relay_matcher *m, uint32_t rule, mentry *e);
-int msame_record(relay_matcher *m, uint32_t rule, const char *text, size_t len);
+int msame_record(relay_matcher *m, uint32_t rule, const char *text, size_t len, uint64_t hash);
 int msame_reserve(relay_matcher *m, size_t rules);
 
 /* Whether the rule follows an identical earlier one (not indexed itself). */

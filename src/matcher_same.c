@@ -46,11 +46,13 @@ room_for(relay_matcher *m, uint32_t rule)
 }
 
 
-/* The entry of an earlier rule with this very text, or NULL. */
+/* The entry of an earlier rule with this very text, or NULL; *hash is the
+ * text's, for msame_record. */
 mentry *
-msame_find(const relay_matcher *m, const char *text, size_t len)
+msame_find(const relay_matcher *m, const char *text, size_t len, uint64_t *hash)
 {
-    return mtable_find(&m->texts, mhash(text, len, TEXT_SEED), 0, 0, m->pool, text, len);
+    *hash = mhash(text, len, TEXT_SEED);
+    return mtable_find(&m->texts, *hash, 0, 0, m->pool, text, len);
 }
 
 
@@ -68,11 +70,11 @@ msame_follow(relay_matcher *m, uint32_t rule, mentry *e)
 }
 
 
-/* Rule `rule` was parsed from text: later rules with the same text follow it. */
+/* Rule `rule` was parsed from text (hashed by msame_find): later rules with
+ * the same text follow it. */
 int
-msame_record(relay_matcher *m, uint32_t rule, const char *text, size_t len)
+msame_record(relay_matcher *m, uint32_t rule, const char *text, size_t len, uint64_t hash)
 {
-    uint64_t hash = mhash(text, len, TEXT_SEED);
     uint32_t off;
     mentry *e;
 

@@ -62,9 +62,50 @@ test_colliding_keys(void)
 }
 
 
+/* Every byte of a key counts in its hash: a key and the same key with one
+ * byte changed, at any position of any length, hash apart (the 1-7 bytes past
+ * the last whole word are read as overlapping words). */
+static void
+test_hash_uses_every_byte(void)
+{
+    char base[MAX_LEN], other[MAX_LEN];
+    size_t len, i;
+
+    for (len = 1; len <= MAX_LEN; len++) {
+        make_key(base, len, len);
+        for (i = 0; i < len; i++) {
+            make_key(other, len, i);
+            CHECK(mhash(base, len, 7) != mhash(other, len, 7));
+        }
+        CHECK(mhash(base, len, 7) == mhash(base, len, 7));
+        CHECK(len == 1 || mhash(base, len, 7) != mhash(base, len - 1, 7));
+    }
+}
+
+
+/* Room made up front: filling to it moves no entry. */
+static void
+test_reserve(void)
+{
+    mtable t = {NULL, 0, 0};
+    mentry *first;
+    uint64_t i;
+
+    CHECK(mtable_reserve(&t, 1000) == 0 && t.cap >= 2000);
+    first = mtable_insert(&t, 0);
+    for (i = 1; i < 1000; i++) {
+        CHECK(mtable_insert(&t, i * UINT64_C(0x9e3779b97f4a7c15)) != NULL);
+    }
+    CHECK(t.len == 1000 && first->used && first->hash == 0 && mtable_insert(&t, 1) != NULL && t.len == 1001);
+    mtable_free(&t);
+}
+
+
 int
 main(void)
 {
     test_colliding_keys();
+    test_hash_uses_every_byte();
+    test_reserve();
     CHECK_DONE();
 }
