@@ -157,6 +157,7 @@ relay_match_state_free(relay_match_state *st)
     free(st->arena);
     free(st->stamp);
     free(st->cands);
+    free(st->lookups);
     free(st);
 }
 
@@ -229,13 +230,13 @@ index_string(relay_match_state *st, uint32_t node, const mocc *o)
     uint32_t i;
 
     if (n->indexed & 1u << TAG_STR) {
-        mindex_candidates(st, node, TAG_STR, o->str, o->len);
+        mindex_lookup_later(st, node, TAG_STR, o->str, o->len);
     }
     for (i = 0; i < n->nprefix && n->prefix_lens[i] <= o->len; i++) {
-        mindex_candidates(st, node, TAG_PREFIX, o->str, n->prefix_lens[i]);
+        mindex_lookup_later(st, node, TAG_PREFIX, o->str, n->prefix_lens[i]);
     }
     for (i = 0; i < n->nsuffix && n->suffix_lens[i] <= o->len; i++) {
-        mindex_candidates(st, node, TAG_SUFFIX, o->str + o->len - n->suffix_lens[i], n->suffix_lens[i]);
+        mindex_lookup_later(st, node, TAG_SUFFIX, o->str + o->len - n->suffix_lens[i], n->suffix_lens[i]);
     }
 }
 
@@ -246,7 +247,7 @@ index_literal(relay_match_state *st, uint32_t node, relay_json_type type)
     uint32_t tag = type == RELAY_JSON_TRUE ? TAG_TRUE : type == RELAY_JSON_FALSE ? TAG_FALSE : TAG_NULL;
 
     if (st->m->nodes[node].indexed & 1u << tag) {
-        mindex_candidates(st, node, tag, "", 0);
+        mindex_lookup_later(st, node, tag, "", 0);
     }
 }
 
@@ -282,7 +283,7 @@ visit_scalar(void *ctx, int32_t s, relay_json_type type, const char *text, size_
     if (type == RELAY_JSON_STRING) {
         index_string(st, node, o);
     } else if (type == RELAY_JSON_NUMBER && n->indexed & 1u << TAG_NUM && !unequal) {
-        mindex_candidates(st, node, TAG_NUM, (const char *)&o->num, sizeof(o->num));
+        mindex_number_later(st, node, o->num);
     } else if (type == RELAY_JSON_TRUE || type == RELAY_JSON_FALSE || type == RELAY_JSON_NULL) {
         index_literal(st, node, type);
     }
@@ -372,7 +373,7 @@ begin_event(relay_match_state *st, const relay_matcher *m, size_t len, int64_t n
         return -1;
     }
     st->m = m;
-    st->nocc = st->ninst = st->ncand = st->arena_len = 0;
+    st->nocc = st->ninst = st->ncand = st->nlookup = st->arena_len = 0;
     st->oom = 0;
     st->now_ms = now_ms;
     if (++st->generation == 0) {
@@ -451,6 +452,9 @@ relay_matcher_match_with(const relay_matcher *m, relay_match_state *st, const ch
     if (relay_json_scan_object(event, len, max_bytes, &v, ROOT_SLOT, reason, reasonlen) < 0) {
         return -1;
     }
+    if (st->nlookup) {
+        mindex_lookups_run(st);
+    }
     if (st->oom) {
         return set_message(reason, reasonlen, "out of memory");
     }
@@ -470,7 +474,13 @@ relay_matcher_match_line(const relay_matcher *m, relay_match_state *st, const ch
         eol_at_end = 0;
     }
     if (!m->compiled || begin_event(st, m, avail, now_ms) < 0
-        || relay_json_scan_line(text, avail, eol_at_end, &v, ROOT_SLOT, len) < 0 || *len > max_bytes || st->oom) {
+        || relay_json_scan_line(text, avail, eol_at_end, &v, ROOT_SLOT, len) < 0 || *len > max_bytes) {
+        return -1;
+    }
+    if (st->nlookup) {
+        mindex_lookups_run(st);
+    }
+    if (st->oom) {
         return -1;
     }
     n = collect_hits(st, ids, ids_cap);

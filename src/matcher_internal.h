@@ -138,6 +138,19 @@ typedef struct minst {
 /* Per-event scratch of one matching thread: the values found so far and the
  * candidate rules. The matcher itself stays read-only while matching, so
  * threads with a state each can share one compiled matcher. */
+/* An index lookup an event's value asked for, run when the event is scanned
+ * (mindex_lookup_later). A string key stays where it is, in the event's text
+ * or the state's arena, both fixed for the event; a number's double is
+ * copied, as the occurrence array that holds it may move. */
+typedef struct mlookup {
+    uint64_t hash;
+    const char *key; /* NULL: the key is num's bytes */
+    double num;
+    uint32_t len;
+    uint32_t node;
+    uint32_t tag;
+} mlookup;
+
 struct relay_match_state {
     const relay_matcher *m; /* the matcher of the match in progress */
     mocc *occs;
@@ -154,6 +167,8 @@ struct relay_match_state {
     uint32_t generation;
     uint32_t *cands;
     size_t ncand, cand_cap;
+    mlookup *lookups;
+    size_t nlookup, lookup_cap;
     int oom;
     int64_t now_ms;
 };
@@ -268,7 +283,9 @@ msame_is_copy(const relay_matcher *m, uint32_t rule)
 /* matcher_index.c */
 int mindex_build(relay_matcher *m);
 void mindex_clear(relay_matcher *m);
-void mindex_candidates(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
+void mindex_lookup_later(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
+void mindex_number_later(relay_match_state *s, uint32_t node, double num);
+void mindex_lookups_run(relay_match_state *s);
 
 /* matcher_numbers.c */
 int mnumbers_build(relay_matcher *m);

@@ -423,6 +423,48 @@ test_many_rules(void)
 }
 
 
+/* A large index is looked up once an event is scanned (matcher_index.c):
+ * numbers, strings, prefixes and literals found early in a long event, before
+ * many other values, still make their rules candidates. */
+static void
+test_deferred_lookups(void)
+{
+    enum { N = 3000 };
+    relay_matcher *m = relay_matcher_new();
+    char rule[128], err[200], *event = malloc(64 * 1024);
+    size_t len = 0;
+    int i;
+
+    CHECK(event != NULL);
+    if (event == NULL) {
+        return;
+    }
+    for (i = 0; i < N; i++) {
+        int n = i % 3 == 0   ? snprintf(rule, sizeof(rule), "{\"n\":[{\"eq\":%d.5}]}", i)
+                : i % 3 == 1 ? snprintf(rule, sizeof(rule), "{\"s\":[{\"eq\":\"long string number %d\"}]}", i)
+                             : snprintf(rule, sizeof(rule), "{\"p\":[{\"prefix\":\"x%d-\"}]}", i);
+
+        CHECK(relay_matcher_add(m, rule, (size_t)n, err, sizeof(err)) == i);
+    }
+    CHECK(relay_matcher_add(m, "{\"t\":[true]}", 12, err, sizeof(err)) == -1); /* a list of objects, not values */
+    CHECK(relay_matcher_add(m, "{\"t\":[{\"eq\":true}]}", 19, err, sizeof(err)) == N);
+    /* The anchored values first, then enough others that the state's arrays grow. */
+    len +=
+        (size_t)snprintf(event + len, 64 * 1024 - len,
+                         "{\"n\":[2997.5,3.5,7],\"s\":\"long string number 1000\",\"p\":\"x2-y\",\"t\":true,\"o\":[");
+    for (i = 0; i < 2000; i++) {
+        len += (size_t)snprintf(event + len, 64 * 1024 - len, "%s{\"n\":%d,\"s\":\"v%d\"}", i ? "," : "", i, i);
+    }
+    snprintf(event + len, 64 * 1024 - len, "]}");
+    CHECK_STR(ids_of(m, event), "2,3,1000,2997,3000");
+    CHECK_STR(ids_of(m, "{\"n\":1.5,\"p\":\"x20-\",\"s\":\"long string number 4\"}"), "4,20");
+    CHECK_STR(ids_of(m, "{\"n\":0.5}"), "0");
+    CHECK_STR(ids_of(m, "{\"n\":1,\"s\":\"long string number 3\"}"), "");
+    free(event);
+    relay_matcher_free(m);
+}
+
+
 /* Untracked arrays of numbers take the scanner's block fast path; tracked
  * ones must still report every number, and both must reject bad bytes
  * with the plain scanner's reason. */
@@ -712,6 +754,7 @@ main(void)
     test_reserved_block();
     test_compile_errors();
     test_many_rules();
+    test_deferred_lookups();
     test_number_arrays();
     test_match_line();
     CHECK_DONE();
