@@ -81,9 +81,7 @@ key_is(const relay_yaml_node *key, const char *name)
 
 
 /* The handler name node of an entry that may go in a block: a map with a
- * scalar handler and neither timeout nor retries; else NULL. Cheap, so that
- * a list declined for these reasons is not compiled before the ordinary load
- * compiles it again. */
+ * scalar handler and neither timeout nor retries; else NULL. */
 static const relay_yaml_node *
 plain_handler(const relay_yaml_node *item)
 {
@@ -106,26 +104,29 @@ plain_handler(const relay_yaml_node *item)
 }
 
 
-/* Whether some handler name is written twice (1), not (0), or -1 out of memory.
- * An open-addressing set of entry numbers + 1, at most half full. */
+/* Whether some handler name of the block is written twice (1), not (0), or -1
+ * out of memory. An open-addressing set of entry numbers + 1, at most half
+ * full, over the block's own copies of the names (compact, unlike the tree). */
 static int
-has_duplicate(const relay_yaml_node *const *names, size_t n)
+has_duplicate(const relay_rule_block *b)
 {
     size_t cap = 16, mask, i, j, *slots;
-    const relay_yaml_node *other;
+    const relay_rule_block_entry *e, *other;
     int dup = 0;
 
-    while (cap < 2 * n) {
+    while (cap < 2 * b->count) {
         cap *= 2;
     }
     if ((slots = calloc(cap, sizeof(*slots))) == NULL) {
         return -1;
     }
     mask = cap - 1;
-    for (i = 0; i < n && !dup; i++) {
-        for (j = name_hash(names[i]->text, names[i]->len) & mask; slots[j] != 0; j = (j + 1) & mask) {
-            other = names[slots[j] - 1];
-            if (other->len == names[i]->len && memcmp(other->text, names[i]->text, other->len) == 0) {
+    for (i = 0; i < b->count && !dup; i++) {
+        e = &b->entries[i];
+        for (j = name_hash(b->text + e->handler_off, e->handler_len) & mask; slots[j] != 0; j = (j + 1) & mask) {
+            other = &b->entries[slots[j] - 1];
+            if (other->handler_len == e->handler_len
+                && memcmp(b->text + other->handler_off, b->text + e->handler_off, e->handler_len) == 0) {
                 dup = 1;
                 break;
             }
@@ -137,41 +138,26 @@ has_duplicate(const relay_yaml_node *const *names, size_t n)
 }
 
 
-/* Whether every item passes plain_handler and no name repeats: the checks
- * that need no compiling. */
-static int
-plain_list(const relay_yaml_node *events)
-{
-    const relay_yaml_node **names = calloc(events->count, sizeof(*names));
-    size_t i;
-    int plain = names != NULL;
-
-    for (i = 0; plain && i < events->count; i++) {
-        plain = (names[i] = plain_handler(events->items[i])) != NULL;
-    }
-    plain = plain && has_duplicate(names, events->count) == 0;
-    free(names);
-    return plain;
-}
-
-
 int
 relay_rule_block_build(relay_rule_block *block, const relay_yaml_node *events, relay_pattern_buf *buf)
 {
     size_t i;
+    int ok;
 
     memset(block, 0, sizeof(*block));
-    if (events->kind != RELAY_YAML_SEQ || events->count == 0 || !plain_list(events)) {
+    if (events->kind != RELAY_YAML_SEQ || events->count == 0) {
         return -1;
     }
-    if ((block->entries = calloc(events->count, sizeof(*block->entries))) == NULL) {
-        return -1;
+    ok = (block->entries = calloc(events->count, sizeof(*block->entries))) != NULL;
+    /* One walk: each entry is checked and compiled while its nodes are in the
+     * cache (a first walk for the checks alone missed it over a large tree).
+     * The first entry that does not qualify ends it. */
+    for (i = 0; ok && i < events->count; i++) {
+        ok = plain_handler(events->items[i]) != NULL && add_entry(block, events->items[i], buf) == 0;
     }
-    for (i = 0; i < events->count; i++) {
-        if (add_entry(block, events->items[i], buf) != 0) {
-            relay_rule_block_free(block);
-            return -1;
-        }
+    if (!ok || has_duplicate(block) != 0) {
+        relay_rule_block_free(block);
+        return -1;
     }
     return 0;
 }
