@@ -37,14 +37,21 @@ typedef struct relay_yaml_node relay_yaml_node;
 
 struct relay_yaml_node {
     relay_yaml_kind kind;
-    int line;                /* 1-based */
-    int col;                 /* 1-based, in characters */
-    unsigned char quoted;    /* scalar written quoted, literal or folded */
-    unsigned char str_tag;   /* scalar carried an explicit !!str */
-    char *text;              /* scalar: raw text, NUL-terminated (may contain NULs) */
-    size_t len;              /* scalar: length of text */
-    relay_yaml_node **items; /* seq: items; map: key0, value0, key1, value1, ... */
-    size_t count;            /* seq: number of items; map: number of pairs */
+    int line;              /* 1-based */
+    int col;               /* 1-based, in characters */
+    unsigned char quoted;  /* scalar written quoted, literal or folded */
+    unsigned char str_tag; /* scalar carried an explicit !!str */
+    /* A scalar's fields share room with a collection's: a large template's
+     * tree is ~10 nodes a rule, and 32 bytes a node rather than 48 is less
+     * memory to fill and read back. Read only the kind's own. */
+    union {
+        char *text;              /* scalar: raw text, NUL-terminated (may contain NULs) */
+        relay_yaml_node **items; /* seq: items; map: key0, value0, key1, value1, ... */
+    };
+    union {
+        size_t len;   /* scalar: length of text */
+        size_t count; /* seq: number of items; map: number of pairs */
+    };
 };
 
 typedef struct {
