@@ -249,10 +249,11 @@ add_length(uint32_t **lens, uint32_t *n, uint32_t len)
 }
 
 
-/* Register one anchor alternative. In the counting pass only entries and
- * counts are made; in the filling pass postings are written. */
+/* Count one anchor alternative of `rule` in its index entry, made if new, and
+ * note the entry's slot in *slot for the filling pass (the index was sized
+ * for every alternative first, so no insert moves an entry). */
 static int
-index_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, int fill)
+count_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, uint32_t *slot)
 {
     uint32_t tag = alt_tag(a);
     const char *key = m->pool + a->str_off;
@@ -260,12 +261,6 @@ index_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, int fil
     mentry *e = mtable_find(&m->index, h, node, tag, m->pool, key, a->str_len);
     mnode *n = &m->nodes[node];
 
-    if (fill) {
-        if (e->count == 0 || m->postings[e->value + e->count - 1] != rule) {
-            m->postings[e->value + e->count++] = rule;
-        }
-        return 0;
-    }
     if (!e) {
         if (!(e = mtable_insert(&m->index, h))) {
             return -1;
@@ -276,6 +271,7 @@ index_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, int fil
         e->key_len = a->str_len;
         e->value = MNONE; /* last rule counted, to count each rule once */
     }
+    *slot = (uint32_t)(e - m->index.slots);
     if (e->value != rule) {
         e->value = rule;
         e->count++;
@@ -288,6 +284,16 @@ index_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, int fil
         return add_length(&n->suffix_lens, &n->nsuffix, a->str_len);
     }
     return 0;
+}
+
+
+/* Write `rule` into the postings of entry e, once. */
+static void
+fill_alt(relay_matcher *m, mentry *e, uint32_t rule)
+{
+    if (e->count == 0 || m->postings[e->value + e->count - 1] != rule) {
+        m->postings[e->value + e->count++] = rule;
+    }
 }
 
 
@@ -312,9 +318,11 @@ layout_postings(relay_matcher *m)
 }
 
 
-/* One pass over all rules: index anchors, or list the rule as always-on. */
+/* One pass over all rules: count each anchor alternative in its entry (its
+ * slot noted in slots[alt]), or with fill write the rule into the entry's
+ * postings; a rule without an anchor is listed as always-on. */
 static int
-index_pass(relay_matcher *m, uint32_t *anchors, int fill)
+index_pass(relay_matcher *m, const uint32_t *anchors, uint32_t *slots, int fill)
 {
     uint32_t r, a;
 
@@ -332,8 +340,12 @@ index_pass(relay_matcher *m, uint32_t *anchors, int fill)
         }
         f = &m->fields[anchors[r]];
         for (a = f->first_alt; a != MNONE; a = m->alts[a].next) {
-            if (index_alt(m, f->node, &m->alts[a], r, fill) < 0) {
-                return -1;
+            if (!fill) {
+                if (count_alt(m, f->node, &m->alts[a], r, &slots[a]) < 0) {
+                    return -1;
+                }
+            } else {
+                fill_alt(m, &m->index.slots[slots[a]], r);
             }
         }
     }
@@ -344,24 +356,25 @@ index_pass(relay_matcher *m, uint32_t *anchors, int fill)
 int
 mindex_build(relay_matcher *m)
 {
-    uint32_t *anchors;
+    uint32_t *anchors, *slots;
     int rc = -1;
 
-    if (!(anchors = malloc((m->nrules ? m->nrules : 1) * sizeof(*anchors)))) {
-        return -1;
-    }
-    if (choose_anchors(m, anchors) < 0) {
+    anchors = malloc((m->nrules ? m->nrules : 1) * sizeof(*anchors));
+    slots = malloc((m->nalts ? m->nalts : 1) * sizeof(*slots));
+    if (!anchors || !slots || choose_anchors(m, anchors) < 0) {
         free(anchors);
+        free(slots);
         return -1;
     }
     free(m->always);
     m->nalways = 0;
     if ((m->always = malloc((m->nrules ? m->nrules : 1) * sizeof(*m->always)))
-        && mtable_reserve(&m->index, m->nalts) == 0 && index_pass(m, anchors, 0) == 0 && layout_postings(m) == 0
-        && index_pass(m, anchors, 1) == 0) {
+        && mtable_reserve(&m->index, m->nalts) == 0 && index_pass(m, anchors, slots, 0) == 0 && layout_postings(m) == 0
+        && index_pass(m, anchors, slots, 1) == 0) {
         rc = 0;
     }
     free(anchors);
+    free(slots);
     return rc;
 }
 
