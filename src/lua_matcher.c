@@ -138,7 +138,10 @@ l_add_rules(lua_State *L)
     size_t i;
 
     if (relay_matcher_reserve(*box, block->count, err, sizeof(err)) < 0) {
-        return nil_error(L, err);
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        lua_pushinteger(L, 1); /* no rule of the block could be added */
+        return 3;
     }
     for (i = 0; i < block->count; i++) {
         if (relay_matcher_add_compiled(*box, relay_rule_block_json(block, i), block->entries[i].json_len, err,

@@ -353,6 +353,27 @@ index_pass(relay_matcher *m, const uint32_t *anchors, uint32_t *slots, int fill)
 }
 
 
+/* How many alternatives the chosen anchors hold: the most entries the index
+ * can get, so that it is sized once (and no insert moves an entry whose slot
+ * the counting pass noted). */
+static size_t
+anchor_alts(const relay_matcher *m, const uint32_t *anchors)
+{
+    size_t n = 0;
+    uint32_t r, a;
+
+    for (r = 0; r < m->nrules; r++) {
+        if (anchors[r] == MNONE || msame_is_copy(m, r)) {
+            continue;
+        }
+        for (a = m->fields[anchors[r]].first_alt; a != MNONE; a = m->alts[a].next) {
+            n++;
+        }
+    }
+    return n;
+}
+
+
 int
 mindex_build(relay_matcher *m)
 {
@@ -369,8 +390,8 @@ mindex_build(relay_matcher *m)
     free(m->always);
     m->nalways = 0;
     if ((m->always = malloc((m->nrules ? m->nrules : 1) * sizeof(*m->always)))
-        && mtable_reserve(&m->index, m->nalts) == 0 && index_pass(m, anchors, slots, 0) == 0 && layout_postings(m) == 0
-        && index_pass(m, anchors, slots, 1) == 0) {
+        && mtable_reserve(&m->index, anchor_alts(m, anchors)) == 0 && index_pass(m, anchors, slots, 0) == 0
+        && layout_postings(m) == 0 && index_pass(m, anchors, slots, 1) == 0) {
         rc = 0;
     }
     free(anchors);
@@ -402,6 +423,10 @@ mindex_clear(relay_matcher *m)
 /* Past this many slots an index's tags (4 bytes a slot) stop being certain to
  * stay cached while events stream through, and lookups are deferred. */
 #define DEFER_LOOKUPS_ABOVE 4096
+/* Deferred lookups held at once: more are run on the spot, so that an event
+ * with many indexed values (up to the largest event) does not make a state
+ * hold a note for each of them. */
+#define MAX_DEFERRED 64
 
 
 /* Mark the rules whose anchor literal (node, tag, key) was seen. */
@@ -446,6 +471,9 @@ lookup(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_
     if (t->cap <= DEFER_LOOKUPS_ABOVE) {
         add_candidates(s, hash, node, tag, key, len);
         return NULL;
+    }
+    if (s->nlookup == MAX_DEFERRED) {
+        mindex_lookups_run(s);
     }
     if (mgrow(&s->lookups, &s->lookup_cap, s->nlookup + 1, sizeof(*s->lookups)) < 0) {
         s->oom = 1;

@@ -135,9 +135,6 @@ typedef struct minst {
     uint32_t slot_base;
 } minst;
 
-/* Per-event scratch of one matching thread: the values found so far and the
- * candidate rules. The matcher itself stays read-only while matching, so
- * threads with a state each can share one compiled matcher. */
 /* An index lookup an event's value asked for, run when the event is scanned
  * (mindex_lookup_later). A string key stays where it is, in the event's text
  * or the state's arena, both fixed for the event; a number's double is
@@ -151,6 +148,9 @@ typedef struct mlookup {
     uint32_t tag;
 } mlookup;
 
+/* Per-event scratch of one matching thread: the values found so far and the
+ * candidate rules. The matcher itself stays read-only while matching, so
+ * threads with a state each can share one compiled matcher. */
 struct relay_match_state {
     const relay_matcher *m; /* the matcher of the match in progress */
     mocc *occs;

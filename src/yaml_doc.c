@@ -607,14 +607,16 @@ relay_yaml_resolve(const relay_yaml_node *node, relay_yaml_value *out)
     static const char *const nulls[] = {"null", "Null", "NULL", "~", NULL};
     static const char *const trues[] = {"true", "True", "TRUE", NULL};
     static const char *const falses[] = {"false", "False", "FALSE", NULL};
-    const char *s = node->text;
-    size_t len = node->len;
+    const char *s;
+    size_t len;
 
     memset(out, 0, sizeof(*out));
     out->type = RELAY_YAML_STR;
     if (node->kind != RELAY_YAML_SCALAR || node->quoted || node->str_tag) {
         return;
     }
+    s = node->text;
+    len = node->len;
     if (len > 0 && !may_resolve(s[0])) {
         return;
     }

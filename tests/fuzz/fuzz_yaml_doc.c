@@ -3,8 +3,8 @@
  * whenever the fast path (src/yaml_fast.c) reads an input, libyaml alone must read
  * the same tree from it. A sequence is also read as an events list: a rule block
  * made of it holds each entry as pattern_compile compiles it alone, and each entry's
- * text is one the validating matcher reader accepts (relay_matcher_add_compiled
- * skips that validation). */
+ * text is one the validating matcher reader accepts and gets the same id from
+ * relay_matcher_add_compiled, which skips that validation. */
 #include "../../src/yaml_fast.h"
 #include "../common/yaml_same_tree.h"
 #include "relay/matcher.h"
@@ -68,15 +68,19 @@ check_rule_block(const relay_yaml_node *root)
     relay_rule_block block;
     relay_pattern_buf buf = {0};
     relay_pattern_entry e;
-    relay_matcher *m;
+    relay_matcher *m, *compiled;
     char why[256];
+    int id;
     size_t i;
 
     if (root->kind != RELAY_YAML_SEQ || relay_rule_block_build(&block, root, &buf) != 0) {
         relay_pattern_buf_free(&buf);
         return;
     }
-    if (block.count != root->count || (m = relay_matcher_new()) == NULL) {
+    m = relay_matcher_new();
+    compiled = relay_matcher_new();
+    if (block.count != root->count || m == NULL || compiled == NULL
+        || relay_matcher_reserve(compiled, block.count, why, sizeof(why)) != 0) {
         abort();
     }
     for (i = 0; i < block.count; i++) {
@@ -84,11 +88,16 @@ check_rule_block(const relay_yaml_node *root)
             || strcmp(relay_rule_block_json(&block, i), buf.data) != 0
             || strlen(relay_rule_block_handler(&block, i)) != block.entries[i].handler_len
             || block.entries[i].line != root->items[i]->line
-            || relay_matcher_add(m, relay_rule_block_json(&block, i), block.entries[i].json_len, why, sizeof(why))
-                   < 0) {
+            || (id =
+                    relay_matcher_add(m, relay_rule_block_json(&block, i), block.entries[i].json_len, why, sizeof(why)))
+                   < 0
+            || relay_matcher_add_compiled(compiled, relay_rule_block_json(&block, i), block.entries[i].json_len, why,
+                                          sizeof(why))
+                   != id) {
             abort();
         }
     }
+    relay_matcher_free(compiled);
     relay_matcher_free(m);
     relay_rule_block_free(&block);
     relay_pattern_buf_free(&buf);

@@ -330,17 +330,23 @@ test_reserved_block(void)
     relay_matcher *m = relay_matcher_new();
     char err[200];
 
+    int i;
+
     CHECK(relay_matcher_add(m, x, strlen(x), err, sizeof(err)) == 0);
     CHECK(relay_matcher_reserve(m, 3, err, sizeof(err)) == 0);
     CHECK(relay_matcher_add_compiled(m, y, strlen(y), err, sizeof(err)) == 1);
     CHECK(relay_matcher_add_compiled(m, x, strlen(x), err, sizeof(err)) == 2);
     CHECK(relay_matcher_add_compiled(m, y, strlen(y), err, sizeof(err)) == 3);
-    CHECK(relay_matcher_add(m, x, strlen(x), err, sizeof(err)) == 4); /* past the room made */
+    for (i = 4; i < 40; i++) { /* past the room made, which is rounded up */
+        CHECK(relay_matcher_add(m, x, strlen(x), err, sizeof(err)) == i);
+    }
     CHECK(relay_matcher_reserve(m, SIZE_MAX, err, sizeof(err)) == -1);
     CHECK(strstr(err, "too many rules") != NULL);
-    CHECK(relay_matcher_count(m) == 5);
-    CHECK_STR(ids_of(m, "{\"a\":\"x\",\"b\":{\"c\":\"yz\"}}"), "0,1,2,3,4");
+    CHECK(relay_matcher_count(m) == 40);
     CHECK_STR(ids_of(m, "{\"b\":{\"c\":\"y\"}}"), "1,3");
+    CHECK(relay_matcher_add_compiled(m, y, strlen(y), err, sizeof(err)) == 40);
+    CHECK_STR(ids_of(m, "{\"b\":{\"c\":\"yz\"}}"), "1,3,40");
+    CHECK(strncmp(ids_of(m, "{\"a\":\"x\"}"), "0,2,4,5,6,", 10) == 0);
     relay_matcher_free(m);
 }
 
@@ -424,14 +430,16 @@ test_many_rules(void)
 
 
 /* A large index is looked up once an event is scanned (matcher_index.c):
- * numbers, strings, prefixes and literals found early in a long event, before
- * many other values, still make their rules candidates. */
+ * numbers, strings (escaped ones too), prefixes and literals found early in a
+ * long event, before thousands of other values at the same nodes (more than
+ * are ever held back at once, and enough that the state's arrays move),
+ * still make their rules candidates. */
 static void
 test_deferred_lookups(void)
 {
-    enum { N = 3000 };
+    enum { N = 3000, EVENT = 64 * 1024 };
     relay_matcher *m = relay_matcher_new();
-    char rule[128], err[200], *event = malloc(64 * 1024);
+    char rule[128], err[200], *event = malloc(EVENT);
     size_t len = 0;
     int i;
 
@@ -446,16 +454,16 @@ test_deferred_lookups(void)
 
         CHECK(relay_matcher_add(m, rule, (size_t)n, err, sizeof(err)) == i);
     }
-    CHECK(relay_matcher_add(m, "{\"t\":[true]}", 12, err, sizeof(err)) == -1); /* a list of objects, not values */
     CHECK(relay_matcher_add(m, "{\"t\":[{\"eq\":true}]}", 19, err, sizeof(err)) == N);
-    /* The anchored values first, then enough others that the state's arrays grow. */
-    len +=
-        (size_t)snprintf(event + len, 64 * 1024 - len,
-                         "{\"n\":[2997.5,3.5,7],\"s\":\"long string number 1000\",\"p\":\"x2-y\",\"t\":true,\"o\":[");
+    len += (size_t)snprintf(event + len, EVENT - len, "{\"p\":\"x2-y\",\"n\":[2997.5");
     for (i = 0; i < 2000; i++) {
-        len += (size_t)snprintf(event + len, 64 * 1024 - len, "%s{\"n\":%d,\"s\":\"v%d\"}", i ? "," : "", i, i);
+        len += (size_t)snprintf(event + len, EVENT - len, ",%d", i);
     }
-    snprintf(event + len, 64 * 1024 - len, "]}");
+    len += (size_t)snprintf(event + len, EVENT - len, ",3.5],\"s\":[");
+    for (i = 0; i < 2000; i++) {
+        len += (size_t)snprintf(event + len, EVENT - len, "\"v%d\",", i);
+    }
+    snprintf(event + len, EVENT - len, "\"long string \\u006eumber 1000\"],\"t\":true}");
     CHECK_STR(ids_of(m, event), "2,3,1000,2997,3000");
     CHECK_STR(ids_of(m, "{\"n\":1.5,\"p\":\"x20-\",\"s\":\"long string number 4\"}"), "4,20");
     CHECK_STR(ids_of(m, "{\"n\":0.5}"), "0");

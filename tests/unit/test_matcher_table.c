@@ -5,6 +5,7 @@
 #include "../../src/matcher_internal.h"
 #include "check.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define MAX_LEN 24
@@ -101,11 +102,39 @@ test_reserve(void)
 }
 
 
+/* The literal index is sized for the anchors' alternatives, not for every
+ * alternative: fields that cannot anchor (thresholds, exists) or that lost to
+ * another anchor take no room in it. */
+static void
+test_index_sized_by_anchors(void)
+{
+    relay_matcher *m = relay_matcher_new();
+    char rule[160], err[200];
+    int i, n;
+
+    CHECK(m != NULL);
+    if (m == NULL) {
+        return;
+    }
+    for (i = 0; i < 1000; i++) {
+        n = snprintf(rule, sizeof(rule),
+                     "{\"a\":[{\"eq\":\"x%d\"}],\"b\":[{\"gt\":%d}],\"c\":[{\"exists\":true}],"
+                     "\"d\":[{\"lt\":5},{\"gt\":9}]}",
+                     i, i);
+        CHECK(relay_matcher_add(m, rule, (size_t)n, err, sizeof(err)) == i);
+    }
+    CHECK(relay_matcher_compile(m, err, sizeof(err)) == 0);
+    CHECK(m->nalts == 5000 && m->index.len == 1000 && m->index.cap == 2048);
+    relay_matcher_free(m);
+}
+
+
 int
 main(void)
 {
     test_colliding_keys();
     test_hash_uses_every_byte();
     test_reserve();
+    test_index_sized_by_anchors();
     CHECK_DONE();
 }
