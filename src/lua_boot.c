@@ -32,6 +32,7 @@ int luaopen_relay_core_seccomp(lua_State *L);
 int luaopen_relay_core_safefs(lua_State *L);
 int luaopen_relay_core_notify(lua_State *L);
 int luaopen_relay_core_heap(lua_State *L);
+int luaopen_relay_core_map_ahead(lua_State *L);
 /* relay.core.bytecode, and its loader first in package.loaders (lua_bytecode.c) */
 void relay_bytecode_install(lua_State *L);
 
@@ -50,6 +51,7 @@ static const luaL_Reg CORE_MODULES[] = {
     {"relay.core.notify", luaopen_relay_core_notify},
     /* for short-lived bulk commands only (relay match) */
     {"relay.core.heap", luaopen_relay_core_heap},
+    {"relay.core.map_ahead", luaopen_relay_core_map_ahead},
     {NULL, NULL},
 };
 

@@ -12,6 +12,7 @@
 #include <lualib.h>
 
 #include "lua_common.h"
+#include "lua_map_ahead.h"
 #include "lua_rule_block.h"
 #include "lua_stream_batch.h"
 
@@ -413,7 +414,8 @@ opt_access(lua_State *L, int opts)
  * in line order.
  * @param opts max_bytes (default 1 MiB), now_ms (default 0), threads (default 0),
  *   access ("auto", "read" or "map": how a regular file's bytes are reached; auto maps
- *   it where that is faster on this host);
+ *   it where that is faster on this host), ahead (a relay.core.map_ahead handle made
+ *   for this file before: its mapping is taken over when the scan maps);
  *   on_match(lines, ids, n): matches in input order, in batches: for i = 1..n, the
  *   event on line lines[i] matched the rule with 0-based id ids[i] (an event matching
  *   several rules gives several pairs, ids ascending). The two tables are reused for
@@ -427,7 +429,7 @@ l_scan(lua_State *L)
 {
     relay_matcher **box = check_box(L);
     FILE **file = luaL_checkudata(L, 2, LUA_FILEHANDLE);
-    relay_match_scan_opts opts = {0, 0, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {0, 0, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_sink sink = {NULL, NULL, NULL};
     relay_match_scan_counts counts;
     scan_call call = {L, 0, 0, 0, 0, 0, 0};
@@ -443,6 +445,9 @@ l_scan(lua_State *L)
     opts.now_ms = (int64_t)opt_number(L, 3, "now_ms", 0);
     opts.threads = (int)opt_number(L, 3, "threads", 0);
     opts.access = opt_access(L, 3);
+    lua_getfield(L, 3, "ahead");
+    opts.ahead = lua_isnil(L, -1) ? NULL : relay_lua_check_map_ahead(L, -1);
+    lua_pop(L, 1); /* the handle stays referenced by opts for the call */
     if ((call.on_match = opt_function(L, 3, "on_match")) != 0) {
         sink.on_match = scan_on_match;
     }

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "relay/json_scan.h"
 #include "relay/line_reader.h"
+#include "relay/map_ahead.h"
 #include "relay/map_guard.h"
 #include "relay/map_probe.h"
 #include "relay/match_scan.h"
@@ -532,9 +533,10 @@ probe_guarded(const pool *p)
 }
 
 
-/* Map the file when opts->access asks for it or the probe finds it faster
- * for the bytes the scan covers; SIGBUS is guarded while the mapping lives.
- * Reading is the fallback: a file that cannot be mapped is read. */
+/* Map the file (or take over the mapping opts->ahead made of it) when
+ * opts->access asks for it or the probe finds it faster for the bytes the scan
+ * covers; SIGBUS is guarded while the mapping lives. Reading is the fallback:
+ * a file that cannot be mapped is read. */
 static void
 map_file(pool *p)
 {
@@ -544,7 +546,8 @@ map_file(pool *p)
         || (p->opts->access == RELAY_MATCH_ACCESS_AUTO && p->size - p->first < RELAY_MAP_PROBE_MIN)) {
         return;
     }
-    if ((map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
+    if ((map = relay_map_ahead_take(p->opts->ahead, p->fd, p->size)) == NULL
+        && (map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
         return;
     }
     if (relay_map_guard_hold() < 0) {

@@ -48,6 +48,10 @@ typedef struct relay_match_scan_opts {
     int threads;       /* a regular file: matching threads, 0 for one per CPU
                         * this process may use; 1 matches on the caller's thread */
     int access;        /* a regular file: RELAY_MATCH_ACCESS_* */
+    /* A regular file: its mapping, started before the scan (include/relay/
+     * map_ahead.h), taken over when it is of this file at this size and the
+     * scan maps; NULL for none. The caller still frees it. */
+    struct relay_map_ahead *ahead;
 } relay_match_scan_opts;
 
 /* How relay_match_scan_file reaches the file's bytes. AUTO (0): through a

@@ -138,7 +138,7 @@ static void
 check_across_page(relay_matcher *m, const char *events, size_t len, const seen *want,
                   const relay_match_scan_counts *want_counts)
 {
-    relay_match_scan_opts mapped = {64, INT64_C(1767225600000), 16, 2, RELAY_MATCH_ACCESS_MAP};
+    relay_match_scan_opts mapped = {64, INT64_C(1767225600000), 16, 2, RELAY_MATCH_ACCESS_MAP, NULL};
     size_t page = (size_t)sysconf(_SC_PAGESIZE), at = len / 2 < page ? page - len / 2 : 1;
     seen t = {0, 0, 0, 0};
     relay_match_scan_sink sink = {on_match, on_malformed, &t};
@@ -158,9 +158,9 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *p = (const char *)data, *nl = memchr(p, '\n', size);
-    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128, 0, RELAY_MATCH_ACCESS_AUTO};
-    relay_match_scan_opts split = {64, INT64_C(1767225600000), 16, 2,
-                                   size % 2 ? RELAY_MATCH_ACCESS_MAP : RELAY_MATCH_ACCESS_READ};
+    relay_match_scan_opts opts = {64, INT64_C(1767225600000), 128, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
+    relay_match_scan_opts split = {
+        64, INT64_C(1767225600000), 16, 2, size % 2 ? RELAY_MATCH_ACCESS_MAP : RELAY_MATCH_ACCESS_READ, NULL};
     seen s = {0, 0, 0, 0}, t = {0, 0, 0, 0};
     relay_match_scan_sink sink = {on_match, on_malformed, &s}, split_sink = {on_match, on_malformed, &t};
     relay_match_scan_counts counts, split_counts;

@@ -84,7 +84,7 @@ test_lines(void)
 {
     static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}", "{\"b\":[{\"exists\":true}]}"};
     relay_matcher *m = make(rules, 2);
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
 
     CHECK(scan_text(m, "{\"a\":1}\n{\"c\":1}\n\n{\"a\":1,\"b\":0}\n{\"a\":\n{\"b\":2}", &opts, &recorder, &counts)
@@ -108,7 +108,7 @@ test_many_ids(void)
 {
     const char *rules[70];
     relay_matcher *m;
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
     size_t i;
 
@@ -129,7 +129,7 @@ test_long_lines(void)
 {
     static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
     relay_matcher *m = make(rules, 1);
-    relay_match_scan_opts opts = {16, NOW, 32, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {16, NOW, 32, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
     char text[512];
 
@@ -151,7 +151,7 @@ test_sinks(void)
     static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
     static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
     relay_matcher *m = make(rules, 1);
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
 
     CHECK(scan_text(m, "{\"a\":1}\nx\n{\"a\":1}\n", &opts, &count_only, &counts) == 0);
@@ -172,7 +172,7 @@ static void
 test_read_error(void)
 {
     relay_matcher *m = make(NULL, 0);
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
     FILE *dir = fopen("/", "r");
     char err[128];

@@ -5,6 +5,7 @@
  * that path for a regular file. A file cut short while it is scanned is an
  * error either way, never a crash. */
 #include "check.h"
+#include "relay/map_ahead.h"
 #include "relay/map_probe.h"
 #include "relay/match_scan.h"
 
@@ -176,7 +177,7 @@ test_first_scans_on_threads(void)
 {
     static transcript got, want;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 16, 4, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {48, NOW, 16, 4, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts, want_counts;
     size_t len;
     char *text = make_text(64, &len);
@@ -226,7 +227,7 @@ test_same_as_streaming(void)
     static const size_t chunks[] = {1, 7, 64, 1000, 0};
     static transcript want;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts want_counts;
     size_t len;
     char *text = make_text(400, &len);
@@ -268,7 +269,7 @@ test_lines_settled_ahead(void)
     static const size_t chunks[] = {7, 1000, 0};
     static transcript want;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts want_counts;
     size_t cap = 64 * 1024, len = 0;
     char *text = malloc(cap);
@@ -302,7 +303,7 @@ test_stop(void)
 {
     static transcript want, got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {48, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts want_counts, got_counts;
     size_t len;
     char *text = make_text(300, &len);
@@ -333,7 +334,7 @@ test_edges(void)
 {
     static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
     size_t i;
 
@@ -358,7 +359,7 @@ test_regular_file(void)
 {
     static transcript want, got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 64, 2, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {48, NOW, 64, 2, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts want_counts, got_counts;
     relay_match_scan_sink sink = {on_match, on_malformed, &got};
     size_t len;
@@ -391,7 +392,7 @@ test_sizeless_file(void)
 {
     static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
     FILE *f = fopen("/proc/self/status", "r");
     char err[128];
@@ -419,7 +420,7 @@ test_long_lines(void)
     static const int threads[] = {1, 2};
     static transcript want;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {0, NOW, 4096, 0, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {0, NOW, 4096, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts want_counts;
     size_t len = 0, i;
     char *text = malloc(2 << 20);
@@ -456,7 +457,7 @@ test_file_shrinks(void)
 {
     static transcript got;
     relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 64, 1, RELAY_MATCH_ACCESS_AUTO};
+    relay_match_scan_opts opts = {48, NOW, 64, 1, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_sink sink = {on_match, on_malformed, &got};
     relay_match_scan_counts counts;
     size_t len, i;
@@ -487,21 +488,16 @@ test_file_shrinks(void)
 }
 
 
-/* A file large enough for the probe: whichever way it picks, the sink hears
- * what it hears from a read scan. Most of it is lines longer than max_bytes,
- * which are reported by their length alone (cheap under valgrind). */
-static void
-test_probed_file(void)
+/* Text large enough for the probe: 1,000 ordinary lines, then lines longer
+ * than max_bytes, which are reported by their length alone (cheap under
+ * valgrind). NULL when out of memory; *lines is its number of lines. */
+static char *
+make_probe_text(size_t *total, long long *lines)
 {
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
     enum { PAD_LINE = 64 << 10 };
-    relay_matcher *m = make();
-    relay_match_scan_opts opts = {48, NOW, 0, 2, RELAY_MATCH_ACCESS_READ};
-    relay_match_scan_counts want, got;
-    size_t len, total, pads = (size_t)RELAY_MAP_PROBE_MIN / PAD_LINE + 1, i;
+    size_t len, pads = (size_t)RELAY_MAP_PROBE_MIN / PAD_LINE + 1, i;
     char *head = make_text(1000, &len), *text = malloc(len + 1 + pads * PAD_LINE);
 
-    CHECK(text != NULL);
     if (text != NULL) {
         memcpy(text, head, len);
         text[len] = '\n';
@@ -509,15 +505,70 @@ test_probed_file(void)
         for (i = 1; i <= pads; i++) {
             text[len + i * PAD_LINE] = '\n';
         }
-        total = len + 1 + pads * PAD_LINE;
-        CHECK(scan_file(m, text, total, &opts, &count_only, &want) == 0);
-        opts.access = RELAY_MATCH_ACCESS_AUTO;
-        CHECK(scan_file(m, text, total, &opts, &count_only, &got) == 0);
-        CHECK(want.total == 1000 + (long long)pads && want.matched > 0);
-        CHECK(got.total == want.total && got.matched == want.matched);
     }
-    free(text);
     free(head);
+    *total = len + 1 + pads * PAD_LINE;
+    *lines = 1000 + (long long)pads;
+    return text;
+}
+
+
+/* A file large enough for the probe: whichever way it picks, the sink hears
+ * what it hears from a read scan. A mapping made ahead of the scan
+ * (include/relay/map_ahead.h) is taken over by a mapped scan of that very
+ * file at that size only, with the same result; never taken, or the file cut
+ * short while its helper faults it in, it is given back without harm. */
+static void
+test_probed_file(void)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 0, 2, RELAY_MATCH_ACCESS_READ, NULL};
+    relay_match_scan_counts want, got;
+    long long lines;
+    size_t total;
+    char *text = make_probe_text(&total, &lines), err[128];
+    FILE *f = tmpfile(), *other = tmpfile(), *small = tmpfile();
+    relay_map_ahead *ahead;
+
+    CHECK(text != NULL && f != NULL && other != NULL && small != NULL);
+    if (text == NULL || f == NULL || other == NULL || small == NULL) {
+        return;
+    }
+    CHECK(scan_file(m, text, total, &opts, &count_only, &want) == 0);
+    opts.access = RELAY_MATCH_ACCESS_AUTO;
+    CHECK(scan_file(m, text, total, &opts, &count_only, &got) == 0);
+    CHECK(want.total == lines && want.matched > 0);
+    CHECK(got.total == want.total && got.matched == want.matched);
+
+    CHECK(fwrite(text, 1, total, f) == total && fflush(f) == 0);
+    CHECK(fwrite(text, 1, total, other) == total && fflush(other) == 0);
+    CHECK(fwrite(text, 1, 4096, small) == 4096 && fflush(small) == 0);
+    CHECK(relay_map_ahead_start(fileno(small)) == NULL); /* under RELAY_MAP_PROBE_MIN */
+    /* Reading: the mapping stays the handle's. Mapping: it is taken over. */
+    ahead = relay_map_ahead_start(fileno(f));
+    CHECK(ahead != NULL);
+    opts.ahead = ahead;
+    opts.access = RELAY_MATCH_ACCESS_READ;
+    CHECK(relay_match_scan_file(m, fileno(f), 0, (off_t)total, &opts, &count_only, &got, err, sizeof(err)) == 0);
+    CHECK(got.total == want.total && got.matched == want.matched);
+    CHECK(relay_map_ahead_take(ahead, fileno(other), (off_t)total) == NULL); /* another file */
+    CHECK(relay_map_ahead_take(ahead, fileno(f), (off_t)total - 1) == NULL); /* another size */
+    opts.access = RELAY_MATCH_ACCESS_MAP;
+    CHECK(relay_match_scan_file(m, fileno(f), 0, (off_t)total, &opts, &count_only, &got, err, sizeof(err)) == 0);
+    CHECK(got.total == want.total && got.matched == want.matched);
+    CHECK(relay_map_ahead_take(ahead, fileno(f), (off_t)total) == NULL); /* already taken */
+    relay_map_ahead_free(ahead);
+    /* Never taken; and a file cut short under the helper. */
+    relay_map_ahead_free(relay_map_ahead_start(fileno(other)));
+    ahead = relay_map_ahead_start(fileno(other));
+    CHECK(ahead != NULL && ftruncate(fileno(other), 4096) == 0);
+    relay_map_ahead_free(ahead);
+    relay_map_ahead_free(NULL);
+    fclose(f);
+    fclose(other);
+    fclose(small);
+    free(text);
     relay_matcher_free(m);
 }
 

@@ -160,16 +160,28 @@ local function match_printer(args, labels)
 end
 
 
-local function match_file(args, cfg, m, labels, now_ms)
-    local input = io.stdin
-    if args.events ~= "-" then
-        local err
-        input, err = io.open(args.events, "rb")
-        if not input then
-            exit.env("cannot open " .. err)
-        end
+--- The --events input, opened before the rules load, and a mapping of it started then
+-- (relay.core.map_ahead): its pages are faulted in on the idle core while the rules
+-- load. An input that cannot be opened is reported once they are loaded, as before.
+local function open_events(args)
+    if args.events == "-" then
+        return { file = io.stdin }
+    end
+    local file, err = io.open(args.events, "rb")
+    if not file then
+        return { err = err }
+    end
+    return { file = file, ahead = require("relay.core.map_ahead").start(file) }
+end
+
+
+local function match_file(args, cfg, m, labels, now_ms, events)
+    local input = events.file
+    if not input then
+        exit.env("cannot open " .. events.err)
     end
     local matched, total = m:scan(input, {
+        ahead = events.ahead,
         max_bytes = cfg.max_event_bytes,
         now_ms = now_ms,
         on_match = match_printer(args, labels),
@@ -178,6 +190,9 @@ local function match_file(args, cfg, m, labels, now_ms)
             io.stderr:write("relay: ", args.events, ":", line, ": ", reason, "\n")
         end,
     })
+    if events.ahead then
+        events.ahead:close()
+    end
     if input ~= io.stdin then
         input:close()
     end
@@ -206,12 +221,13 @@ function _M.execute(args)
     if not cfg then
         exit.env(err)
     end
+    local events = args.events and open_events(args)
     local m, labels = build(args, cfg)
     local now_ms = require("relay.core.loop").now_ms()
     if args.event then
         return match_one(args, cfg, m, labels, now_ms)
     end
-    return match_file(args, cfg, m, labels, now_ms)
+    return match_file(args, cfg, m, labels, now_ms, events)
 end
 
 
