@@ -120,6 +120,15 @@ relay_map_ahead_take(relay_map_ahead *a, int fd, off_t size)
 
 
 void
+relay_map_ahead_stop(relay_map_ahead *a)
+{
+    if (a != NULL) {
+        stop_helper(a);
+    }
+}
+
+
+void
 relay_map_ahead_free(relay_map_ahead *a)
 {
     if (a == NULL) {

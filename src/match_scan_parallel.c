@@ -544,11 +544,14 @@ map_file(pool *p)
 
     if (p->opts->access == RELAY_MATCH_ACCESS_READ || p->size == p->first || (uintmax_t)p->size > SIZE_MAX
         || (p->opts->access == RELAY_MATCH_ACCESS_AUTO && p->size - p->first < RELAY_MAP_PROBE_MIN)) {
+        relay_map_ahead_stop(p->opts->ahead); /* its faulting would only compete with the reads */
         return;
     }
-    if ((map = relay_map_ahead_take(p->opts->ahead, p->fd, p->size)) == NULL
-        && (map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
-        return;
+    if ((map = relay_map_ahead_take(p->opts->ahead, p->fd, p->size)) == NULL) {
+        relay_map_ahead_stop(p->opts->ahead); /* made for another file or size */
+        if ((map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
+            return;
+        }
     }
     if (relay_map_guard_hold() < 0) {
         munmap(map, (size_t)p->size);

@@ -28,6 +28,10 @@ relay_map_ahead *relay_map_ahead_start(int fd);
  * NULL otherwise, `ahead` left as it was. */
 void *relay_map_ahead_take(relay_map_ahead *ahead, int fd, off_t size);
 
+/* Stop the helper (a scan that reads rather than maps does, so that it does
+ * not fault pages in for nothing); the mapping stays. NULL is fine. */
+void relay_map_ahead_stop(relay_map_ahead *ahead);
+
 /* Stop the helper and unmap what was not taken. NULL is fine. */
 void relay_map_ahead_free(relay_map_ahead *ahead);
 
