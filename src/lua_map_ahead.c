@@ -29,7 +29,8 @@ relay_lua_check_map_ahead(lua_State *L, int idx)
  * Map the open regular file `file` and start faulting it in; hand the
  * result to m:scan as opts.ahead.
  * @return a handle, or nil when the file is not worth it (not a regular
- *   file, under 8 MiB) or cannot be mapped: the scan then does as without.
+ *   file, under 8 MiB, read faster than mapped here, not in the page cache)
+ *   or cannot be mapped: the scan then does as without.
  */
 static int
 l_start(lua_State *L)
@@ -44,7 +45,7 @@ l_start(lua_State *L)
     *box = NULL;
     luaL_getmetatable(L, MAP_AHEAD_MT);
     lua_setmetatable(L, -2);
-    if ((*box = relay_map_ahead_start(fileno(*file))) == NULL) {
+    if ((*box = relay_map_ahead_start(fileno(*file), 1)) == NULL) {
         lua_pushnil(L);
     }
     return 1;

@@ -446,7 +446,7 @@ l_scan(lua_State *L)
     opts.threads = (int)opt_number(L, 3, "threads", 0);
     opts.access = opt_access(L, 3);
     lua_getfield(L, 3, "ahead");
-    opts.ahead = lua_isnil(L, -1) ? NULL : relay_lua_check_map_ahead(L, -1);
+    opts.ahead = lua_isnil(L, -1) ? NULL : relay_lua_check_map_ahead(L, lua_gettop(L));
     lua_pop(L, 1); /* the handle stays referenced by opts for the call */
     if ((call.on_match = opt_function(L, 3, "on_match")) != 0) {
         sink.on_match = scan_on_match;

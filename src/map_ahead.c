@@ -11,9 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Pages touched between looks at the stop flag (1 MiB of 4 KiB pages). */
-#define PAGES_PER_LOOK 256
-
 struct relay_map_ahead {
     char *map; /* NULL once taken */
     size_t size;
@@ -32,13 +29,12 @@ static int
 touch_pages(void *arg)
 {
     const relay_map_ahead *a = arg;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), at, n = 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), at;
     volatile unsigned char sink = 0;
 
-    for (at = 0; at < a->size; at += page) {
-        if (++n % PAGES_PER_LOOK == 0 && atomic_load_explicit(&a->stop, memory_order_relaxed)) {
-            break;
-        }
+    /* The flag is looked at before each page: a page not in the page cache
+     * is a read from disk, and a stop should not wait on many of those. */
+    for (at = 0; at < a->size && !atomic_load_explicit(&a->stop, memory_order_relaxed); at += page) {
         sink ^= (unsigned char)a->map[at];
     }
     (void)sink;
@@ -58,7 +54,7 @@ fault_in(void *arg)
 
 
 relay_map_ahead *
-relay_map_ahead_start(int fd)
+relay_map_ahead_start(int fd, int probe)
 {
     struct stat sb;
     relay_map_ahead *a;
@@ -82,7 +78,11 @@ relay_map_ahead_start(int fd)
         free(a);
         return NULL;
     }
-    if (pthread_create(&a->helper, NULL, fault_in, a) != 0) {
+    /* Probed now, before the helper touches it (its faulting would sway the
+     * probe): where reading pays, or the file is not in the page cache, the
+     * scan reads, and nothing is done ahead. */
+    if ((probe && !relay_map_probe_guarded(fd, map, 0, sb.st_size))
+        || pthread_create(&a->helper, NULL, fault_in, a) != 0) {
         relay_map_guard_release();
         munmap(map, a->size);
         free(a);

@@ -1,5 +1,6 @@
 /* map_probe: mapped or read, by timing both (include/relay/map_probe.h). */
 #include "relay/map_probe.h"
+#include "relay/map_guard.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -113,4 +114,34 @@ relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf)
     }
     /* `sum` keeps the reads from being optimised away. */
     return sum != (unsigned long)-1 && mapped <= read;
+}
+
+
+typedef struct probe_call {
+    int fd;
+    const char *map;
+    off_t from, size;
+    char *buf;
+} probe_call;
+
+
+static int
+call_probe(void *arg)
+{
+    const probe_call *c = arg;
+
+    return relay_map_probe(c->fd, c->map, c->from, c->size, c->buf);
+}
+
+
+int
+relay_map_probe_guarded(int fd, const char *map, off_t from, off_t size)
+{
+    /* The buffer comes from outside the guard, which a fault would leak. */
+    probe_call c = {fd, map, from, size, malloc(RELAY_MAP_PROBE_BUF)};
+    int faulted; /* then the result is -1: not mapped */
+    int pays = c.buf != NULL && relay_map_guard_run(map, (size_t)size, call_probe, &c, &faulted) > 0;
+
+    free(c.buf);
+    return pays;
 }

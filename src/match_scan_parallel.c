@@ -503,36 +503,6 @@ unmap_file(pool *p)
 }
 
 
-typedef struct probe_call {
-    const pool *p;
-    char *buf;
-} probe_call;
-
-
-static int
-call_probe(void *arg)
-{
-    probe_call *c = arg;
-    const pool *p = c->p;
-
-    return relay_map_probe(p->fd, p->map, p->first & ~(off_t)(sysconf(_SC_PAGESIZE) - 1), p->size, c->buf);
-}
-
-
-/* Whether the mapping pays here, with the probe's own reads guarded (its
- * buffer allocated outside the guard, which a fault would leak). */
-static int
-probe_guarded(const pool *p)
-{
-    probe_call c = {p, malloc(RELAY_MAP_PROBE_BUF)};
-    int faulted; /* then the result is -1: not mapped */
-    int pays = c.buf != NULL && relay_map_guard_run(p->map, (size_t)p->size, call_probe, &c, &faulted) > 0;
-
-    free(c.buf);
-    return pays;
-}
-
-
 /* Map the file (or take over the mapping opts->ahead made of it) when
  * opts->access asks for it or the probe finds it faster for the bytes the scan
  * covers; SIGBUS is guarded while the mapping lives. Reading is the fallback:
@@ -541,13 +511,17 @@ static void
 map_file(pool *p)
 {
     void *map;
+    int judged;
 
     if (p->opts->access == RELAY_MATCH_ACCESS_READ || p->size == p->first || (uintmax_t)p->size > SIZE_MAX
         || (p->opts->access == RELAY_MATCH_ACCESS_AUTO && p->size - p->first < RELAY_MAP_PROBE_MIN)) {
         relay_map_ahead_stop(p->opts->ahead); /* its faulting would only compete with the reads */
         return;
     }
-    if ((map = relay_map_ahead_take(p->opts->ahead, p->fd, p->size)) == NULL) {
+    /* A mapping made ahead was probed when it was made, before its helper
+     * touched it; probed now, the helper's faulting would sway the probe. */
+    judged = (map = relay_map_ahead_take(p->opts->ahead, p->fd, p->size)) != NULL;
+    if (!judged) {
         relay_map_ahead_stop(p->opts->ahead); /* made for another file or size */
         if ((map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
             return;
@@ -558,7 +532,8 @@ map_file(pool *p)
         return;
     }
     p->map = map;
-    if (p->opts->access == RELAY_MATCH_ACCESS_AUTO && !probe_guarded(p)) {
+    if (p->opts->access == RELAY_MATCH_ACCESS_AUTO && !judged
+        && !relay_map_probe_guarded(p->fd, p->map, p->first & ~(off_t)(sysconf(_SC_PAGESIZE) - 1), p->size)) {
         unmap_file(p);
     }
 }

@@ -41,4 +41,9 @@
  * (map_guard.h). */
 int relay_map_probe(int fd, const char *map, off_t from, off_t size, char *buf);
 
+/* relay_map_probe with its own buffer and its reads of `map` (fd's bytes
+ * [0, size)) guarded: a file cut short under it answers 0. The caller holds
+ * the guard (relay_map_guard_hold). */
+int relay_map_probe_guarded(int fd, const char *map, off_t from, off_t size);
+
 #endif

@@ -55,6 +55,13 @@ function _M.is_dir(path)
 end
 
 
+--- Whether path is a regular file or a symlink to one.
+function _M.is_file(path)
+    local mode = mode_of(path, true)
+    return mode ~= nil and stat.S_ISREG(mode) ~= 0
+end
+
+
 function _M.is_executable(path)
     return unistd.access(path, "x") == 0 and not _M.is_dir(path)
 end

@@ -245,6 +245,39 @@ describe("relay match --events (bulk)", function()
         assert.matches("missing.jsonl", err)
     end)
 
+    it("reports the apps' error before opening a FIFO given as --events", function()
+        -- A regular file is opened before the rules load (to map it ahead); a FIFO is not,
+        -- as its open would wait for a writer.
+        local dir = tmp.mkdtemp("relay-match-")
+        local fifo = dir .. "/events"
+        local made = os.execute("mkfifo " .. quote(fifo))
+        assert.is_true(made == 0 or made == true)
+        local p = assert(io.popen("timeout 60 env -u RELAY_APPS " .. quote(BIN) .. " match --apps "
+            .. "spec/fixtures/apps/nonexistent --events " .. quote(fifo) .. " 2>&1 </dev/null; echo exit $?"))
+        local out = p:read("*a")
+        p:close()
+        fs.rm_rf(dir)
+        assert.are.equal("relay: apps directory spec/fixtures/apps/nonexistent: No such file or directory\n"
+            .. "exit 2\n", out)
+    end)
+
+    it("matches a file large enough to map ahead as it matches the same lines read from stdin", function()
+        local dir = tmp.mkdtemp("relay-match-")
+        local path = dir .. "/events.jsonl"
+        local lines = string.rep(USERS_INSERT .. "\n", 150000) .. '{"a":1}\n' .. string.rep("x\n", 3)
+            .. string.rep(USERS_INSERT .. "\n", 50000) -- 9 MB: past the probe's 8 MiB
+        local f = assert(io.open(path, "wb"))
+        f:write(lines)
+        f:close()
+        local code, out, err = relay({ "match", "--apps", VALID, "--events", path, "--count" })
+        local code_in, out_in, err_in = relay({ "match", "--apps", VALID, "--events", "-", "--count" },
+            { stdin = lines })
+        fs.rm_rf(dir)
+        assert.are.same({ 0, "matched 200000 of 200004\n" }, { code, out })
+        assert.are.same({ code, out }, { code_in, out_in })
+        assert.are.equal(err_in:gsub("relay: %-:", "relay: FILE:"), err:gsub("relay: [^:]*:", "relay: FILE:"))
+    end)
+
     -- A file cut short while it is read must end the command with a message, not a crash
     -- (through a mapping it was a SIGBUS). One CPU (taskset) makes the scan match a chunk,
     -- then print its matches, then match the next: relay blocks printing the first chunk's

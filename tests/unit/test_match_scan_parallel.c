@@ -514,10 +514,7 @@ make_probe_text(size_t *total, long long *lines)
 
 
 /* A file large enough for the probe: whichever way it picks, the sink hears
- * what it hears from a read scan. A mapping made ahead of the scan
- * (include/relay/map_ahead.h) is taken over by a mapped scan of that very
- * file at that size only, with the same result; never taken, or the file cut
- * short while its helper faults it in, it is given back without harm. */
+ * what it hears from a read scan. */
 static void
 test_probed_file(void)
 {
@@ -527,47 +524,98 @@ test_probed_file(void)
     relay_match_scan_counts want, got;
     long long lines;
     size_t total;
-    char *text = make_probe_text(&total, &lines), err[128];
+    char *text = make_probe_text(&total, &lines);
+
+    CHECK(text != NULL);
+    if (text != NULL) {
+        CHECK(scan_file(m, text, total, &opts, &count_only, &want) == 0);
+        opts.access = RELAY_MATCH_ACCESS_AUTO;
+        CHECK(scan_file(m, text, total, &opts, &count_only, &got) == 0);
+        CHECK(want.total == lines && want.matched > 0);
+        CHECK(got.total == want.total && got.matched == want.matched);
+    }
+    free(text);
+    relay_matcher_free(m);
+}
+
+
+/* Scan `f` (total bytes) with `ahead`, which must be taken over when the scan
+ * maps: the counts must be `want`'s. */
+static void
+scan_ahead(relay_matcher *m, FILE *f, size_t total, relay_map_ahead *ahead, int access,
+           const relay_match_scan_counts *want)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_match_scan_opts opts = {48, NOW, 0, 2, access, ahead};
+    relay_match_scan_counts got;
+    char err[128];
+
+    CHECK(relay_match_scan_file(m, fileno(f), 0, (off_t)total, &opts, &count_only, &got, err, sizeof(err)) == 0);
+    CHECK(got.total == want->total && got.matched == want->matched);
+    if (access == RELAY_MATCH_ACCESS_MAP) {
+        CHECK(relay_map_ahead_take(ahead, fileno(f), (off_t)total) == NULL); /* taken over */
+    }
+}
+
+
+/* A mapping made ahead of the scan (include/relay/map_ahead.h): taken over by
+ * a mapped scan of that very file at that size only, its helper running or
+ * stopped, with a read scan's counts; never taken, or the file cut short
+ * while its helper faults it in, it is given back without harm. */
+static void
+test_mapped_ahead(void)
+{
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    relay_matcher *m = make();
+    relay_match_scan_opts opts = {48, NOW, 0, 2, RELAY_MATCH_ACCESS_READ, NULL};
+    relay_match_scan_counts want;
+    long long lines;
+    size_t total;
+    char *text = make_probe_text(&total, &lines);
     FILE *f = tmpfile(), *other = tmpfile(), *small = tmpfile();
     relay_map_ahead *ahead;
 
     CHECK(text != NULL && f != NULL && other != NULL && small != NULL);
-    if (text == NULL || f == NULL || other == NULL || small == NULL) {
-        return;
-    }
-    CHECK(scan_file(m, text, total, &opts, &count_only, &want) == 0);
-    opts.access = RELAY_MATCH_ACCESS_AUTO;
-    CHECK(scan_file(m, text, total, &opts, &count_only, &got) == 0);
-    CHECK(want.total == lines && want.matched > 0);
-    CHECK(got.total == want.total && got.matched == want.matched);
+    if (text != NULL && f != NULL && other != NULL && small != NULL) {
+        CHECK(fwrite(text, 1, total, f) == total && fflush(f) == 0);
+        CHECK(fwrite(text, 1, total, other) == total && fflush(other) == 0);
+        CHECK(fwrite(text, 1, 4096, small) == 4096 && fflush(small) == 0);
+        CHECK(scan_file(m, text, total, &opts, &count_only, &want) == 0 && want.total == lines);
+        CHECK(relay_map_ahead_start(fileno(small), 0) == NULL); /* under RELAY_MAP_PROBE_MIN */
 
-    CHECK(fwrite(text, 1, total, f) == total && fflush(f) == 0);
-    CHECK(fwrite(text, 1, total, other) == total && fflush(other) == 0);
-    CHECK(fwrite(text, 1, 4096, small) == 4096 && fflush(small) == 0);
-    CHECK(relay_map_ahead_start(fileno(small)) == NULL); /* under RELAY_MAP_PROBE_MIN */
-    /* Reading: the mapping stays the handle's. Mapping: it is taken over. */
-    ahead = relay_map_ahead_start(fileno(f));
-    CHECK(ahead != NULL);
-    opts.ahead = ahead;
-    opts.access = RELAY_MATCH_ACCESS_READ;
-    CHECK(relay_match_scan_file(m, fileno(f), 0, (off_t)total, &opts, &count_only, &got, err, sizeof(err)) == 0);
-    CHECK(got.total == want.total && got.matched == want.matched);
-    CHECK(relay_map_ahead_take(ahead, fileno(other), (off_t)total) == NULL); /* another file */
-    CHECK(relay_map_ahead_take(ahead, fileno(f), (off_t)total - 1) == NULL); /* another size */
-    opts.access = RELAY_MATCH_ACCESS_MAP;
-    CHECK(relay_match_scan_file(m, fileno(f), 0, (off_t)total, &opts, &count_only, &got, err, sizeof(err)) == 0);
-    CHECK(got.total == want.total && got.matched == want.matched);
-    CHECK(relay_map_ahead_take(ahead, fileno(f), (off_t)total) == NULL); /* already taken */
-    relay_map_ahead_free(ahead);
-    /* Never taken; and a file cut short under the helper. */
-    relay_map_ahead_free(relay_map_ahead_start(fileno(other)));
-    ahead = relay_map_ahead_start(fileno(other));
-    CHECK(ahead != NULL && ftruncate(fileno(other), 4096) == 0);
-    relay_map_ahead_free(ahead);
-    relay_map_ahead_free(NULL);
-    fclose(f);
-    fclose(other);
-    fclose(small);
+        /* Taken at once, the helper still at work. */
+        ahead = relay_map_ahead_start(fileno(f), 0);
+        CHECK(ahead != NULL);
+        scan_ahead(m, f, total, ahead, RELAY_MATCH_ACCESS_MAP, &want);
+        relay_map_ahead_free(ahead);
+        /* Not by another file, another size or a reading scan (which stops
+         * the helper); then by a mapping one. */
+        ahead = relay_map_ahead_start(fileno(f), 0);
+        CHECK(ahead != NULL);
+        CHECK(relay_map_ahead_take(ahead, fileno(other), (off_t)total) == NULL);
+        CHECK(relay_map_ahead_take(ahead, fileno(f), (off_t)total - 1) == NULL);
+        scan_ahead(m, f, total, ahead, RELAY_MATCH_ACCESS_READ, &want);
+        scan_ahead(m, f, total, ahead, RELAY_MATCH_ACCESS_MAP, &want);
+        relay_map_ahead_free(ahead);
+        /* Probed first: made or not, the scan's counts are the same. */
+        scan_ahead(m, f, total, ahead = relay_map_ahead_start(fileno(f), 1), RELAY_MATCH_ACCESS_AUTO, &want);
+        relay_map_ahead_free(ahead);
+        /* Never taken; and a file cut short under the helper. */
+        relay_map_ahead_free(relay_map_ahead_start(fileno(other), 0));
+        ahead = relay_map_ahead_start(fileno(other), 0);
+        CHECK(ahead != NULL && ftruncate(fileno(other), 4096) == 0);
+        relay_map_ahead_free(ahead);
+        relay_map_ahead_free(NULL);
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    if (other != NULL) {
+        fclose(other);
+    }
+    if (small != NULL) {
+        fclose(small);
+    }
     free(text);
     relay_matcher_free(m);
 }
@@ -586,5 +634,6 @@ main(void)
     test_long_lines();
     test_file_shrinks();
     test_probed_file();
+    test_mapped_ahead();
     CHECK_DONE();
 }

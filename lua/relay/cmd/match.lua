@@ -160,12 +160,16 @@ local function match_printer(args, labels)
 end
 
 
---- The --events input, opened before the rules load, and a mapping of it started then
--- (relay.core.map_ahead): its pages are faulted in on the idle core while the rules
--- load. An input that cannot be opened is reported once they are loaded, as before.
+--- The --events input. A regular file is opened before the rules load, and a mapping of
+-- it started then (relay.core.map_ahead): its pages are faulted in on the idle core while
+-- the rules load. Anything else (stdin, a FIFO, whose open may block) is opened after
+-- them; an input that cannot be opened is reported after them either way.
 local function open_events(args)
     if args.events == "-" then
         return { file = io.stdin }
+    end
+    if not fs.is_file(args.events) then
+        return {}
     end
     local file, err = io.open(args.events, "rb")
     if not file then
@@ -176,9 +180,12 @@ end
 
 
 local function match_file(args, cfg, m, labels, now_ms, events)
-    local input = events.file
+    local input, err = events.file, events.err
+    if not input and not err then
+        input, err = io.open(args.events, "rb")
+    end
     if not input then
-        exit.env("cannot open " .. events.err)
+        exit.env("cannot open " .. err)
     end
     local matched, total = m:scan(input, {
         ahead = events.ahead,
