@@ -503,6 +503,18 @@ unmap_file(pool *p)
 }
 
 
+/* Whether the scan may map the file at all: not when forced to read, not an
+ * empty or unmappable range, and in AUTO not a range too small to probe. */
+static int
+may_map(const pool *p)
+{
+    if (p->opts->access == RELAY_MATCH_ACCESS_READ || p->size == p->first || (uintmax_t)p->size > SIZE_MAX) {
+        return 0;
+    }
+    return p->opts->access != RELAY_MATCH_ACCESS_AUTO || p->size - p->first >= RELAY_MAP_PROBE_MIN;
+}
+
+
 /* Map the file (or take over the mapping opts->ahead made of it) when
  * opts->access asks for it or the probe finds it faster for the bytes the scan
  * covers; SIGBUS is guarded while the mapping lives. Reading is the fallback:
@@ -510,22 +522,18 @@ unmap_file(pool *p)
 static void
 map_file(pool *p)
 {
-    void *map;
-    int judged;
-
-    if (p->opts->access == RELAY_MATCH_ACCESS_READ || p->size == p->first || (uintmax_t)p->size > SIZE_MAX
-        || (p->opts->access == RELAY_MATCH_ACCESS_AUTO && p->size - p->first < RELAY_MAP_PROBE_MIN)) {
-        relay_map_ahead_stop(p->opts->ahead); /* its faulting would only compete with the reads */
-        return;
-    }
+    int maps = may_map(p);
     /* A mapping made ahead was probed when it was made, before its helper
      * touched it; probed now, the helper's faulting would sway the probe. */
-    judged = (map = relay_map_ahead_take(p->opts->ahead, p->fd, p->size)) != NULL;
+    void *map = maps ? relay_map_ahead_take(p->opts->ahead, p->fd, p->size) : NULL;
+    int judged = map != NULL;
+
     if (!judged) {
-        relay_map_ahead_stop(p->opts->ahead); /* made for another file or size */
-        if ((map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED) {
-            return;
-        }
+        /* Reading, or made for another file or size: its faulting would only compete. */
+        relay_map_ahead_stop(p->opts->ahead);
+    }
+    if (!maps || (!judged && (map = mmap(NULL, (size_t)p->size, PROT_READ, MAP_SHARED, p->fd, 0)) == MAP_FAILED)) {
+        return;
     }
     if (relay_map_guard_hold() < 0) {
         munmap(map, (size_t)p->size);

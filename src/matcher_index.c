@@ -251,7 +251,7 @@ add_length(uint32_t **lens, uint32_t *n, uint32_t len)
 
 /* Count one anchor alternative of `rule` in its index entry, made if new, and
  * note the entry's slot in *slot for the filling pass (the index was sized
- * for every alternative first, so no insert moves an entry). */
+ * for the anchors' alternatives first, so no insert moves an entry). */
 static int
 count_alt(relay_matcher *m, uint32_t node, const malt *a, uint32_t rule, uint32_t *slot)
 {
@@ -459,10 +459,11 @@ add_candidates(relay_match_state *s, uint64_t hash, uint32_t node, uint32_t tag,
  * else noted for mindex_lookups_run, with its probe's first tag fetched now.
  * A large index's tags do not stay cached while the scan streams events
  * through, and waiting on that miss where the value was seen stalled the scan
- * (10,000 rules: 8 % of a bulk match in mtable_find). Returns the note, or
- * NULL when the lookup is done (or memory ran out). */
-static mlookup *
-lookup(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len)
+ * (10,000 rules: 8 % of a bulk match in mtable_find). A string key stays
+ * where it is until the event is done. Returns the note, or NULL when the
+ * lookup is done (or memory ran out). */
+mlookup *
+mindex_lookup_later(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len)
 {
     const mtable *t = &s->m->index;
     uint64_t hash = mindex_hash(node, tag, key, len);
@@ -490,20 +491,11 @@ lookup(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_
 }
 
 
-/* The lookup of an anchor string or literal an event holds (the key stays
- * where it is until the event is done). */
-void
-mindex_lookup_later(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len)
-{
-    lookup(s, node, tag, key, len);
-}
-
-
 /* The lookup of an anchor number an event holds. */
 void
 mindex_number_later(relay_match_state *s, uint32_t node, double num)
 {
-    mlookup *l = lookup(s, node, TAG_NUM, (const char *)&num, sizeof(num));
+    mlookup *l = mindex_lookup_later(s, node, TAG_NUM, (const char *)&num, sizeof(num));
 
     if (l != NULL) {
         l->key = NULL; /* num is copied: the occurrence that holds it may move */

@@ -283,7 +283,7 @@ msame_is_copy(const relay_matcher *m, uint32_t rule)
 /* matcher_index.c */
 int mindex_build(relay_matcher *m);
 void mindex_clear(relay_matcher *m);
-void mindex_lookup_later(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
+mlookup *mindex_lookup_later(relay_match_state *s, uint32_t node, uint32_t tag, const char *key, size_t len);
 void mindex_number_later(relay_match_state *s, uint32_t node, double num);
 void mindex_lookups_run(relay_match_state *s);
 

@@ -592,10 +592,8 @@ resolve_float(const char *s, size_t len, double *out)
 }
 
 
-/* Every null, boolean, integer and float of the core schema starts with one
- * of these; any other plain scalar is a string without further tests. */
-static int
-may_resolve(char c)
+int
+relay_yaml_may_resolve(char c)
 {
     return c != '\0' && strchr("nNtTfF~+-.0123456789", c) != NULL;
 }
@@ -617,7 +615,7 @@ relay_yaml_resolve(const relay_yaml_node *node, relay_yaml_value *out)
     }
     s = node->text;
     len = node->len;
-    if (len > 0 && !may_resolve(s[0])) {
+    if (len > 0 && !relay_yaml_may_resolve(s[0])) {
         return;
     }
     if (len == 0 || is_one_of(s, len, nulls)) {

@@ -249,18 +249,6 @@ key_end(const fast *f, const char *p)
 }
 
 
-/* A plain scalar that starts with a letter no null, boolean or number
- * starts with (the core schema's words start with n N t T f F, numbers with
- * a digit, a sign or '.'). */
-static int
-surely_string(const relay_yaml_node *key)
-{
-    char c = key->text[0];
-
-    return ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == '/') && !strchr("nNtTfF", c);
-}
-
-
 /* Add key to the map's pairs parked since base, refusing what libyaml would
  * have to judge: a key that is not a string, or one already there. */
 static int
@@ -269,7 +257,7 @@ push_key(fast *f, size_t base, relay_yaml_node *key)
     relay_yaml_value v;
     size_t i;
 
-    if (!surely_string(key)) {
+    if (relay_yaml_may_resolve(key->text[0])) {
         relay_yaml_resolve(key, &v);
         if (v.type != RELAY_YAML_STR) {
             return decline(f);

@@ -74,6 +74,12 @@ int relay_yaml_parse_libyaml(const char *text, size_t len, relay_yaml_node **roo
 
 void relay_yaml_free(relay_yaml_node *node);
 
+/* Whether a plain scalar starting with c may be other than a string: every
+ * null, boolean, integer and float of the core schema starts with one of
+ * "nNtTfF~+-.0123456789"; any other plain scalar is a string without further
+ * tests (relay_yaml_resolve answers those at once). */
+int relay_yaml_may_resolve(char c);
+
 /* Resolve a scalar node by the YAML 1.2 core schema. */
 void relay_yaml_resolve(const relay_yaml_node *node, relay_yaml_value *out);
 

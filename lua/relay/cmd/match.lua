@@ -160,32 +160,27 @@ local function match_printer(args, labels)
 end
 
 
---- The --events input. A regular file is opened before the rules load, and a mapping of
--- it started then (relay.core.map_ahead): its pages are faulted in on the idle core while
--- the rules load. Anything else (stdin, a FIFO, whose open may block) is opened after
--- them; an input that cannot be opened is reported after them either way.
-local function open_events(args)
+--- The --events input, { file, err, ahead }. Early (before the rules load) only a regular
+-- file is opened, and a mapping of it started (relay.core.map_ahead): its pages are faulted
+-- in on the idle core while the rules load. Anything else (stdin, a FIFO, whose open may
+-- block) is opened after them: early, nil. An input that cannot be opened is reported
+-- after the load either way.
+local function open_events(args, early)
     if args.events == "-" then
         return { file = io.stdin }
     end
-    if not fs.is_file(args.events) then
-        return {}
+    if early and not fs.is_file(args.events) then
+        return nil
     end
     local file, err = io.open(args.events, "rb")
-    if not file then
-        return { err = err }
-    end
-    return { file = file, ahead = require("relay.core.map_ahead").start(file) }
+    return { file = file, err = err, ahead = file and early and require("relay.core.map_ahead").start(file) or nil }
 end
 
 
 local function match_file(args, cfg, m, labels, now_ms, events)
-    local input, err = events.file, events.err
-    if not input and not err then
-        input, err = io.open(args.events, "rb")
-    end
+    local input = events.file
     if not input then
-        exit.env("cannot open " .. err)
+        exit.env("cannot open " .. events.err)
     end
     local matched, total = m:scan(input, {
         ahead = events.ahead,
@@ -228,13 +223,13 @@ function _M.execute(args)
     if not cfg then
         exit.env(err)
     end
-    local events = args.events and open_events(args)
+    local events = args.events and open_events(args, true)
     local m, labels = build(args, cfg)
     local now_ms = require("relay.core.loop").now_ms()
     if args.event then
         return match_one(args, cfg, m, labels, now_ms)
     end
-    return match_file(args, cfg, m, labels, now_ms, events)
+    return match_file(args, cfg, m, labels, now_ms, events or open_events(args, false))
 end
 
 
