@@ -376,6 +376,36 @@ test_block_crafted(void)
 }
 
 
+/* Sequences whose verdict depends on the bytes before them (a leading zero,
+ * a second '.', a bracket after a value...), moved across every offset of
+ * the first blocks by the number before them, and cut off by the input's
+ * end: the block path must give the plain scanner's verdict wherever a block
+ * boundary falls within them. */
+static void
+test_block_carries(void)
+{
+    static const char *const traps[] = {
+        "-01",   "01",    "-0",    "0",     "1.2.3",  "1.25.5", "1.2",   "1..2", "-.5",  "1.,2",      "]1",
+        "[],1",  "[-,1]", "1,,2",  "-]",    "[1]2",   "0.0.0",  "-0.5",  "10.0", "-",    "1.",        "1.e5",
+        "[[1]]", "[[]]]", "1]]]]", "[[[[1", "2.50.5", "00",     "-1.01", ".5",   "[01]", "1.2,3.4.5",
+    };
+    char buf[512];
+    size_t t, n;
+    int digits;
+
+    for (t = 0; t < sizeof(traps) / sizeof(*traps); t++) {
+        for (digits = 1; digits < 140; digits++) {
+            n = (size_t)sprintf(buf, "{\"a\":[%.*s,%s,7]}", digits,
+                                "1111111111111111111111111111111111111111111111111111111111111111111111"
+                                "1111111111111111111111111111111111111111111111111111111111111111111111",
+                                traps[t]);
+            CHECK(agree(buf, n));
+            CHECK(agree(buf, n - 4)); /* the trap at the end of the input */
+        }
+    }
+}
+
+
 static void
 test_block_random(void)
 {
@@ -807,6 +837,7 @@ main(void)
     test_many_fields();
     test_unescape();
     test_block_crafted();
+    test_block_carries();
     test_block_random();
     test_block_depth();
     test_block_counted();
