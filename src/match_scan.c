@@ -1,20 +1,28 @@
 /*
  * match_scan: lines of JSON events through a matcher (include/relay/match_scan.h).
  * One buffer holds the longest acceptable line, so every event is matched in
- * place; only a longer line is read past without keeping it.
+ * place; only a longer line is read past without keeping it. A pipe or socket
+ * is read as its bytes arrive, so that lines are matched while the writer
+ * goes on.
  */
+#define _GNU_SOURCE /* F_GETPIPE_SZ, F_SETPIPE_SZ */
 #include "relay/json_scan.h"
 #include "relay/match_scan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define DEFAULT_CHUNK (4u << 20)
 #define MAX_BUFFER (1u << 30)
 #define IDS_FIRST 64
+/* A pipe's size is raised to this (where the limits allow) so that the writer
+ * can run this far ahead of the matching instead of waiting on each read. */
+#define PIPE_WANT (1 << 20)
 /* scan_regular: not a regular file, stream it instead */
 #define NOT_SPLIT (-2)
 
@@ -30,6 +38,8 @@ typedef struct scan {
     size_t ids_cap;
     int stopped;
     int oom;
+    int live;       /* a pipe, socket or terminal: read what has arrived */
+    int read_errno; /* a failed read's errno, for a live input */
 } scan;
 
 
@@ -86,6 +96,59 @@ scan_line(scan *s, const char *text, size_t len)
 }
 
 
+/* Up to `room` bytes into `into`; 0 at the end of the input or on an error.
+ * A live input gives what has arrived, waiting only while nothing has: a
+ * full buffer's worth would hold its first lines back until the writer had
+ * written megabytes more (or closed), and would keep the writer waiting on a
+ * full pipe while those are matched. */
+static size_t
+read_some(scan *s, char *into, size_t room)
+{
+#ifdef __GLIBC__
+    /* What the stream already holds is read through it first; glibc's FILE
+     * fields are public, and no call says how much a stream holds. */
+    size_t held = (size_t)(s->in->_IO_read_end - s->in->_IO_read_ptr);
+    ssize_t n;
+
+    if (s->read_errno != 0) {
+        return 0;
+    }
+    if (s->live && held == 0) {
+        do {
+            n = read(fileno(s->in), into, room);
+        } while (n < 0 && errno == EINTR);
+        if (n < 0) {
+            s->read_errno = errno;
+            return 0;
+        }
+        return (size_t)n;
+    }
+    if (s->live && held < room) {
+        room = held;
+    }
+#endif
+    return fread(into, 1, room, s->in);
+}
+
+
+/* Whether `in` is read as its bytes arrive (a pipe, FIFO, socket or
+ * terminal); a pipe's size is raised on the way. */
+static int
+is_live(FILE *in)
+{
+    struct stat sb;
+    int fd = fileno(in);
+
+    if (fd < 0 || fstat(fd, &sb) < 0 || !(S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || S_ISCHR(sb.st_mode))) {
+        return 0;
+    }
+    if (S_ISFIFO(sb.st_mode) && fcntl(fd, F_GETPIPE_SZ) < PIPE_WANT) {
+        (void)fcntl(fd, F_SETPIPE_SZ, PIPE_WANT); /* best effort: a smaller pipe only costs speed */
+    }
+    return 1;
+}
+
+
 /* A line that does not fit the buffer: `have` bytes of it are in buf. Read past
  * its end without keeping it, report it, and keep what follows; returns how
  * many bytes of what follows are now at the start of buf. */
@@ -96,7 +159,7 @@ skip_long_line(scan *s, size_t have)
     char *nl, reason[128];
 
     for (;;) {
-        n = fread(s->buf, 1, s->cap, s->in);
+        n = read_some(s, s->buf, s->cap);
         if (n == 0) {
             break;
         }
@@ -135,8 +198,12 @@ run(scan *s)
             end = skip_long_line(s, end);
             continue;
         }
-        n = fread(s->buf + end, 1, s->cap - end, s->in);
+        n = read_some(s, s->buf + end, s->cap - end);
         if (n == 0) {
+            if (s->read_errno != 0) {
+                errno = s->read_errno;
+                return -1;
+            }
             if (ferror(s->in)) {
                 return -1;
             }
@@ -205,6 +272,7 @@ relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, 
     s.in = in;
     s.cap = buffer_size(opts);
     s.ids_cap = IDS_FIRST;
+    s.live = is_live(in);
     s.buf = malloc(s.cap);
     s.ids = malloc(s.ids_cap * sizeof(*s.ids));
     if (s.buf == NULL || s.ids == NULL) {

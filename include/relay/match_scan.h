@@ -70,7 +70,11 @@ typedef struct relay_match_scan_counts {
  * Read `in` to its end, matching each line with m. Returns 0 at the end of the
  * input, RELAY_MATCH_SCAN_STOPPED when a callback stopped the scan, or -1 with a
  * message in err on a read error or when memory ran out. *counts holds what was
- * seen in every case. `in` stays open and owned by the caller.
+ * seen in every case. `in` stays open and owned by the caller. A regular file
+ * is matched by relay_match_scan_file; a pipe, socket or terminal is read as
+ * its bytes arrive (a pipe's size raised to 1 MiB where the limits allow), so
+ * that each line is matched without waiting for more input and the writer
+ * runs on meanwhile.
  */
 int relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
                      relay_match_scan_counts *counts, char *err, size_t errlen);

@@ -1,9 +1,15 @@
 /* Unit test of match_scan (include/relay/match_scan.h): line splitting, line
- * numbers, the sink's callbacks, long lines and read errors. */
+ * numbers, the sink's callbacks, long lines, read errors and pipes. */
+#define _GNU_SOURCE /* F_GETPIPE_SZ */
 #include "check.h"
 #include "relay/match_scan.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <time.h>
+#include <unistd.h>
 
 #define NOW INT64_C(1767225600000)
 
@@ -187,6 +193,95 @@ test_read_error(void)
 }
 
 
+/* A pipe's writer and the scan's sink: the writer waits (with a bound) for
+ * each line it wrote to be reported before it writes the next. */
+typedef struct pipe_talk {
+    pthread_mutex_t lock;
+    pthread_cond_t reported;
+    int fd;
+    long long last_reported;
+    int waited_out; /* a line was not reported within the bound */
+} pipe_talk;
+
+
+static int
+talk_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
+{
+    pipe_talk *t = ctx;
+
+    (void)ids;
+    (void)nids;
+    pthread_mutex_lock(&t->lock);
+    t->last_reported = line;
+    pthread_cond_broadcast(&t->reported);
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+
+static void *
+talk_write(void *arg)
+{
+    static const char line[] = "{\"a\":1}\n";
+    pipe_talk *t = arg;
+    struct timespec until;
+    long long i;
+
+    for (i = 1; i <= 3; i++) {
+        if (write(t->fd, line, sizeof(line) - 1) != (ssize_t)(sizeof(line) - 1)) {
+            break;
+        }
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 20;
+        pthread_mutex_lock(&t->lock);
+        while (t->last_reported < i && !t->waited_out) {
+            t->waited_out = pthread_cond_timedwait(&t->reported, &t->lock, &until) == ETIMEDOUT;
+        }
+        pthread_mutex_unlock(&t->lock);
+    }
+    close(t->fd);
+    return NULL;
+}
+
+
+/* A pipe is matched as its lines arrive: each line is reported while the
+ * writer still holds the pipe open (reading a whole buffer first would wait
+ * for megabytes that never come, until the writer gave up). Its size is
+ * raised so that a fast writer can run ahead. */
+static void
+test_pipe(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
+    relay_matcher *m = make(rules, 1);
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
+    pipe_talk t = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, -1, 0, 0};
+    relay_match_scan_sink sink = {talk_match, record_malformed, &t};
+    relay_match_scan_counts counts;
+    pthread_t writer;
+    char err[128];
+    long max_size = 0;
+    FILE *in, *max = fopen("/proc/sys/fs/pipe-max-size", "r");
+    int fds[2];
+
+    CHECK(pipe(fds) == 0);
+    CHECK((in = fdopen(fds[0], "r")) != NULL);
+    t.fd = fds[1];
+    CHECK(pthread_create(&writer, NULL, talk_write, &t) == 0);
+    CHECK(relay_match_scan(m, in, &opts, &sink, &counts, err, sizeof(err)) == 0);
+    pthread_join(writer, NULL);
+    CHECK(!t.waited_out);
+    CHECK(t.last_reported == 3 && counts.matched == 3 && counts.total == 3);
+    if (max != NULL && fscanf(max, "%ld", &max_size) == 1 && max_size >= 1 << 20) {
+        CHECK(fcntl(fds[0], F_GETPIPE_SZ) == 1 << 20);
+    }
+    if (max != NULL) {
+        fclose(max);
+    }
+    fclose(in);
+    relay_matcher_free(m);
+}
+
+
 int
 main(void)
 {
@@ -195,5 +290,6 @@ main(void)
     test_long_lines();
     test_sinks();
     test_read_error();
+    test_pipe();
     CHECK_DONE();
 }
