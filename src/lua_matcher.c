@@ -282,9 +282,9 @@ l_gc(lua_State *L)
  * until the scan has freed its memory). */
 typedef struct scan_call {
     lua_State *L;
-    int on_match, on_malformed; /* stack indices, 0 when absent */
-    int lines, ids;             /* stack indices of the batch tables */
-    int n;                      /* pairs in the batch */
+    int on_match, on_malformed, on_wait; /* stack indices, 0 when absent */
+    int lines, ids;                      /* stack indices of the batch tables */
+    int n;                               /* pairs in the batch */
     int failed;
 } scan_call;
 
@@ -358,6 +358,20 @@ scan_on_malformed(void *ctx, long long line, const char *reason)
 }
 
 
+/* The input has nothing more for now: the matches so far reach Lua before the
+ * scan waits, then on_wait (which may write them out) runs. */
+static int
+scan_on_wait(void *ctx)
+{
+    scan_call *call = ctx;
+
+    if (call->on_match != 0 && scan_flush(call) != 0) {
+        return 1;
+    }
+    return call->on_wait != 0 ? scan_callback(call, call->on_wait, 0) : call->failed;
+}
+
+
 static int
 opt_function(lua_State *L, int opts, const char *name)
 {
@@ -421,7 +435,10 @@ opt_access(lua_State *L, int opts)
  *   several rules gives several pairs, ids ascending). The two tables are reused for
  *   every batch: read them before returning. Absent, matches are only counted;
  *   on_malformed(line, reason): per malformed line, after the matches of the lines
- *   before it; absent, such lines are skipped.
+ *   before it; absent, such lines are skipped;
+ *   on_wait(): a pipe, socket or terminal has nothing more to read for now; called
+ *   before the scan waits for it, after the batch of matches so far (which is handed
+ *   over then, not only when full), so that a live filter can write its output out.
  * @return matched_events, total_lines; or nil, err on a read error. An error raised
  *   by a callback stops the scan and is raised again once the scan's memory is free. */
 static int
@@ -430,9 +447,9 @@ l_scan(lua_State *L)
     relay_matcher **box = check_box(L);
     FILE **file = luaL_checkudata(L, 2, LUA_FILEHANDLE);
     relay_match_scan_opts opts = {0, 0, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
-    relay_match_scan_sink sink = {NULL, NULL, NULL};
+    relay_match_scan_sink sink = {NULL, NULL, NULL, NULL};
     relay_match_scan_counts counts;
-    scan_call call = {L, 0, 0, 0, 0, 0, 0};
+    scan_call call = {L, 0, 0, 0, 0, 0, 0, 0};
     char err[256];
     int rc;
 
@@ -453,6 +470,9 @@ l_scan(lua_State *L)
     }
     if ((call.on_malformed = opt_function(L, 3, "on_malformed")) != 0) {
         sink.on_malformed = scan_on_malformed;
+    }
+    if ((call.on_wait = opt_function(L, 3, "on_wait")) != 0 || call.on_match != 0) {
+        sink.on_wait = scan_on_wait;
     }
     lua_createtable(L, SCAN_BATCH, 0);
     call.lines = lua_gettop(L);

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,27 @@ scan_line(scan *s, const char *text, size_t len)
 }
 
 
-/* Up to `room` bytes into `into`; 0 at the end of the input or on an error.
+#ifdef __GLIBC__
+/* Before a live input is read: when nothing is there yet, tell the sink that
+ * the scan is about to wait. Returns nonzero when the sink stops the scan. */
+static int
+waits(scan *s)
+{
+    struct pollfd ready = {fileno(s->in), POLLIN, 0};
+
+    if (s->sink->on_wait == NULL || poll(&ready, 1, 0) != 0) {
+        return 0;
+    }
+    if (s->sink->on_wait(s->sink->ctx) != 0) {
+        s->stopped = 1;
+    }
+    return s->stopped;
+}
+#endif
+
+
+/* Up to `room` bytes into `into`; 0 at the end of the input, on an error, or
+ * when the sink stopped the scan while it waited.
  * A live input gives what has arrived, waiting only while nothing has: a
  * full buffer's worth would hold its first lines back until the writer had
  * written megabytes more (or closed), and would keep the writer waiting on a
@@ -114,6 +135,9 @@ read_some(scan *s, char *into, size_t room)
         return 0;
     }
     if (s->live && held == 0) {
+        if (waits(s)) {
+            return 0;
+        }
         do {
             n = read(fileno(s->in), into, room);
         } while (n < 0 && errno == EINTR);
@@ -171,6 +195,9 @@ skip_long_line(scan *s, size_t have)
         }
         total += n;
     }
+    if (s->stopped) {
+        return 0;
+    }
     s->counts->total++;
     relay_json_too_large(total, s->opts->max_bytes, reason, sizeof(reason));
     malformed(s, reason);
@@ -199,6 +226,9 @@ run(scan *s)
             continue;
         }
         n = read_some(s, s->buf + end, s->cap - end);
+        if (s->stopped) {
+            break;
+        }
         if (n == 0) {
             if (s->read_errno != 0) {
                 errno = s->read_errno;

@@ -36,6 +36,11 @@ typedef struct relay_match_scan_sink {
     /* A malformed line and why. A nonzero return stops the scan. NULL: skip. */
     int (*on_malformed)(void *ctx, long long line, const char *reason);
     void *ctx;
+    /* A pipe, socket or terminal has nothing more to read for now: called
+     * before the scan waits for it, so that what was reported so far can be
+     * written out (a live filter's output). A nonzero return stops the scan.
+     * NULL: not called. */
+    int (*on_wait)(void *ctx);
 } relay_match_scan_sink;
 
 typedef struct relay_match_scan_opts {

@@ -38,6 +38,15 @@ local function quote(s)
 end
 
 
+--- What a shell command prints.
+local function shell(command)
+    local p = assert(io.popen(command))
+    local out = p:read("*a")
+    p:close()
+    return out
+end
+
+
 local function slurp(path)
     local f = assert(io.open(path, "rb"))
     local text = f:read("*a")
@@ -252,13 +261,35 @@ describe("relay match --events (bulk)", function()
         local fifo = dir .. "/events"
         local made = os.execute("mkfifo " .. quote(fifo))
         assert.is_true(made == 0 or made == true)
-        local p = assert(io.popen("timeout 60 env -u RELAY_APPS " .. quote(BIN) .. " match --apps "
-            .. "spec/fixtures/apps/nonexistent --events " .. quote(fifo) .. " 2>&1 </dev/null; echo exit $?"))
-        local out = p:read("*a")
-        p:close()
+        local out = shell("timeout 60 env -u RELAY_APPS " .. quote(BIN) .. " match --apps "
+            .. "spec/fixtures/apps/nonexistent --events " .. quote(fifo) .. " 2>&1 </dev/null; echo exit $?")
         fs.rm_rf(dir)
         assert.are.equal("relay: apps directory spec/fixtures/apps/nonexistent: No such file or directory\n"
             .. "exit 2\n", out)
+    end)
+
+    it("prints the matches of a pipe's lines as they arrive, while the writer holds it open", function()
+        -- The writer sends one event and waits (up to 60 s) for its first match line before
+        -- it sends the next: output held back until the input ends would make it wait that out.
+        local dir = tmp.mkdtemp("relay-match-")
+        local fifo_in, fifo_out = quote(dir .. "/in"), quote(dir .. "/out")
+        local script = table.concat({
+            "mkfifo " .. fifo_in .. " " .. fifo_out,
+            "env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. fifo_in
+                .. " >" .. fifo_out .. " &",
+            "exec 4<" .. fifo_out .. " 3>" .. fifo_in,
+            "echo " .. quote(USERS_INSERT) .. " >&3",
+            "if read -r -t 60 first <&4; then echo \"first: $first\"; else echo 'nothing while it was open'; fi",
+            "echo " .. quote(USERS_INSERT) .. " >&3",
+            "exec 3>&-",
+            "cat <&4",
+            "wait $!",
+            "echo \"exit $?\"",
+        }, "\n")
+        local out = shell("bash -c " .. quote(script) .. " 2>&1")
+        fs.rm_rf(dir)
+        assert.are.equal("first: 1 alpha/users.created\n1 alpha/any.insert\n1 beta/users.all\n"
+            .. "2 alpha/users.created\n2 alpha/any.insert\n2 beta/users.all\nexit 0\n", out)
     end)
 
     it("matches a file large enough to map ahead as it matches the same lines read from stdin", function()

@@ -141,7 +141,7 @@ check_across_page(relay_matcher *m, const char *events, size_t len, const seen *
     relay_match_scan_opts mapped = {64, INT64_C(1767225600000), 16, 2, RELAY_MATCH_ACCESS_MAP, NULL};
     size_t page = (size_t)sysconf(_SC_PAGESIZE), at = len / 2 < page ? page - len / 2 : 1;
     seen t = {0, 0, 0, 0};
-    relay_match_scan_sink sink = {on_match, on_malformed, &t};
+    relay_match_scan_sink sink = {on_match, on_malformed, &t, NULL};
     relay_match_scan_counts counts;
     char err[256];
 
@@ -162,7 +162,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     relay_match_scan_opts split = {
         64, INT64_C(1767225600000), 16, 2, size % 2 ? RELAY_MATCH_ACCESS_MAP : RELAY_MATCH_ACCESS_READ, NULL};
     seen s = {0, 0, 0, 0}, t = {0, 0, 0, 0};
-    relay_match_scan_sink sink = {on_match, on_malformed, &s}, split_sink = {on_match, on_malformed, &t};
+    relay_match_scan_sink sink = {on_match, on_malformed, &s, NULL}, split_sink = {on_match, on_malformed, &t, NULL};
     relay_match_scan_counts counts, split_counts;
     relay_matcher *m;
     size_t rule_len = nl != NULL ? (size_t)(nl - p) : size;

@@ -46,7 +46,7 @@ record_malformed(void *ctx, long long line, const char *reason)
 }
 
 
-static const relay_match_scan_sink recorder = {record_match, record_malformed, NULL};
+static const relay_match_scan_sink recorder = {record_match, record_malformed, NULL, NULL};
 
 
 static relay_matcher *
@@ -155,7 +155,7 @@ static void
 test_sinks(void)
 {
     static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL, NULL};
     relay_matcher *m = make(rules, 1);
     relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
@@ -200,7 +200,8 @@ typedef struct pipe_talk {
     pthread_cond_t reported;
     int fd;
     long long last_reported;
-    int waited_out; /* a line was not reported within the bound */
+    long long waits; /* the scan said it waits for more input */
+    int waited_out;  /* a line was not reported within the bound */
 } pipe_talk;
 
 
@@ -213,6 +214,19 @@ talk_match(void *ctx, long long line, const uint32_t *ids, size_t nids)
     (void)nids;
     pthread_mutex_lock(&t->lock);
     t->last_reported = line;
+    pthread_cond_broadcast(&t->reported);
+    pthread_mutex_unlock(&t->lock);
+    return 0;
+}
+
+
+static int
+talk_wait(void *ctx)
+{
+    pipe_talk *t = ctx;
+
+    pthread_mutex_lock(&t->lock);
+    t->waits++;
     pthread_cond_broadcast(&t->reported);
     pthread_mutex_unlock(&t->lock);
     return 0;
@@ -234,7 +248,7 @@ talk_write(void *arg)
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += 20;
         pthread_mutex_lock(&t->lock);
-        while (t->last_reported < i && !t->waited_out) {
+        while ((t->last_reported < i || t->waits < i) && !t->waited_out) {
             t->waited_out = pthread_cond_timedwait(&t->reported, &t->lock, &until) == ETIMEDOUT;
         }
         pthread_mutex_unlock(&t->lock);
@@ -246,16 +260,17 @@ talk_write(void *arg)
 
 /* A pipe is matched as its lines arrive: each line is reported while the
  * writer still holds the pipe open (reading a whole buffer first would wait
- * for megabytes that never come, until the writer gave up). Its size is
- * raised so that a fast writer can run ahead. */
+ * for megabytes that never come, until the writer gave up), and the sink
+ * hears when the scan waits for more (the writer writes the next line only
+ * then). Its size is raised so that a fast writer can run ahead. */
 static void
 test_pipe(void)
 {
     static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
     relay_matcher *m = make(rules, 1);
     relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
-    pipe_talk t = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, -1, 0, 0};
-    relay_match_scan_sink sink = {talk_match, record_malformed, &t};
+    pipe_talk t = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, -1, 0, 0, 0};
+    relay_match_scan_sink sink = {talk_match, record_malformed, &t, talk_wait};
     relay_match_scan_counts counts;
     pthread_t writer;
     char err[128];
@@ -270,13 +285,50 @@ test_pipe(void)
     CHECK(relay_match_scan(m, in, &opts, &sink, &counts, err, sizeof(err)) == 0);
     pthread_join(writer, NULL);
     CHECK(!t.waited_out);
-    CHECK(t.last_reported == 3 && counts.matched == 3 && counts.total == 3);
+    CHECK(t.last_reported == 3 && counts.matched == 3 && counts.total == 3 && t.waits >= 3);
     if (max != NULL && fscanf(max, "%ld", &max_size) == 1 && max_size >= 1 << 20) {
         CHECK(fcntl(fds[0], F_GETPIPE_SZ) == 1 << 20);
     }
     if (max != NULL) {
         fclose(max);
     }
+    fclose(in);
+    relay_matcher_free(m);
+}
+
+
+static int
+stop_waiting(void *ctx)
+{
+    (void)ctx;
+    return 1;
+}
+
+
+/* on_wait stops the scan: what was read of a line not yet ended is not
+ * reported as a line of its own. */
+static void
+test_pipe_stop(void)
+{
+    static const char *const rules[] = {"{\"a\":[{\"eq\":1}]}"};
+    static const char text[] = "{\"a\":1}\n{\"a\":";
+    relay_matcher *m = make(rules, 1);
+    relay_match_scan_opts opts = {1 << 20, NOW, 0, 0, RELAY_MATCH_ACCESS_AUTO, NULL};
+    relay_match_scan_sink sink = {record_match, record_malformed, NULL, stop_waiting};
+    relay_match_scan_counts counts;
+    char err[128];
+    FILE *in;
+    int fds[2];
+
+    CHECK(pipe(fds) == 0);
+    CHECK(write(fds[1], text, sizeof(text) - 1) == (ssize_t)(sizeof(text) - 1));
+    CHECK((in = fdopen(fds[0], "r")) != NULL);
+    seen[0] = '\0';
+    seen_len = 0;
+    CHECK(relay_match_scan(m, in, &opts, &sink, &counts, err, sizeof(err)) == RELAY_MATCH_SCAN_STOPPED);
+    CHECK_STR(seen, "1:0 ");
+    CHECK(counts.matched == 1 && counts.total == 1);
+    close(fds[1]);
     fclose(in);
     relay_matcher_free(m);
 }
@@ -291,5 +343,6 @@ main(void)
     test_sinks();
     test_read_error();
     test_pipe();
+    test_pipe_stop();
     CHECK_DONE();
 }

@@ -127,7 +127,7 @@ static int
 scan_stream(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts, transcript *t,
             relay_match_scan_counts *counts)
 {
-    relay_match_scan_sink sink = {on_match, on_malformed, t};
+    relay_match_scan_sink sink = {on_match, on_malformed, t, NULL};
     FILE *in = fmemopen((void *)text, len, "r");
     char err[128];
     int rc;
@@ -163,7 +163,7 @@ static int
 scan_split(relay_matcher *m, const char *text, size_t len, const relay_match_scan_opts *opts, transcript *t,
            relay_match_scan_counts *counts)
 {
-    relay_match_scan_sink sink = {on_match, on_malformed, t};
+    relay_match_scan_sink sink = {on_match, on_malformed, t, NULL};
 
     t->caller = pthread_self();
     return scan_file(m, text, len, opts, &sink, counts);
@@ -332,7 +332,7 @@ test_stop(void)
 static void
 test_edges(void)
 {
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL, NULL};
     relay_matcher *m = make();
     relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
@@ -361,7 +361,7 @@ test_regular_file(void)
     relay_matcher *m = make();
     relay_match_scan_opts opts = {48, NOW, 64, 2, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts want_counts, got_counts;
-    relay_match_scan_sink sink = {on_match, on_malformed, &got};
+    relay_match_scan_sink sink = {on_match, on_malformed, &got, NULL};
     size_t len;
     char *text = make_text(200, &len), err[128];
     FILE *f = tmpfile();
@@ -390,7 +390,7 @@ test_regular_file(void)
 static void
 test_sizeless_file(void)
 {
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL, NULL};
     relay_matcher *m = make();
     relay_match_scan_opts opts = {1 << 20, NOW, 0, 2, RELAY_MATCH_ACCESS_AUTO, NULL};
     relay_match_scan_counts counts;
@@ -458,7 +458,7 @@ test_file_shrinks(void)
     static transcript got;
     relay_matcher *m = make();
     relay_match_scan_opts opts = {48, NOW, 64, 1, RELAY_MATCH_ACCESS_AUTO, NULL};
-    relay_match_scan_sink sink = {on_match, on_malformed, &got};
+    relay_match_scan_sink sink = {on_match, on_malformed, &got, NULL};
     relay_match_scan_counts counts;
     size_t len, i;
     char *text = make_text(400, &len), err[128];
@@ -518,7 +518,7 @@ make_probe_text(size_t *total, long long *lines)
 static void
 test_probed_file(void)
 {
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL, NULL};
     relay_matcher *m = make();
     relay_match_scan_opts opts = {48, NOW, 0, 2, RELAY_MATCH_ACCESS_READ, NULL};
     relay_match_scan_counts want, got;
@@ -545,7 +545,7 @@ static void
 scan_ahead(relay_matcher *m, FILE *f, size_t total, relay_map_ahead *ahead, int access,
            const relay_match_scan_counts *want)
 {
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL, NULL};
     relay_match_scan_opts opts = {48, NOW, 0, 2, access, ahead};
     relay_match_scan_counts got;
     char err[128];
@@ -565,7 +565,7 @@ scan_ahead(relay_matcher *m, FILE *f, size_t total, relay_map_ahead *ahead, int 
 static void
 test_mapped_ahead(void)
 {
-    static const relay_match_scan_sink count_only = {NULL, NULL, NULL};
+    static const relay_match_scan_sink count_only = {NULL, NULL, NULL, NULL};
     relay_matcher *m = make();
     relay_match_scan_opts opts = {48, NOW, 0, 2, RELAY_MATCH_ACCESS_READ, NULL};
     relay_match_scan_counts want;

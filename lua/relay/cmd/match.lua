@@ -191,6 +191,11 @@ local function match_file(args, cfg, m, labels, now_ms, events)
             io.stdout:flush() -- keep stdout and stderr in line order when both go to one file
             io.stderr:write("relay: ", args.events, ":", line, ": ", reason, "\n")
         end,
+        -- A pipe has nothing more for now: what was matched so far is printed before the
+        -- wait, so that relay match works as a live filter (tail -f … | relay match).
+        on_wait = function()
+            io.stdout:flush()
+        end,
     })
     if events.ahead then
         events.ahead:close()
