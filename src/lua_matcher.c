@@ -368,7 +368,7 @@ scan_on_wait(void *ctx)
     if (call->on_match != 0 && scan_flush(call) != 0) {
         return 1;
     }
-    return call->on_wait != 0 ? scan_callback(call, call->on_wait, 0) : call->failed;
+    return call->on_wait != 0 ? scan_callback(call, call->on_wait, 0) : 0;
 }
 
 

@@ -98,6 +98,27 @@ scan_line(scan *s, const char *text, size_t len)
 
 
 #ifdef __GLIBC__
+/* Not among glibc's public names: a FILE whose get area is the ungetc backup,
+ * the rest of its buffer set aside in the save area (as gnulib's freadahead
+ * reads it). */
+#ifndef _IO_IN_BACKUP
+#define _IO_IN_BACKUP 0x0100
+#endif
+
+
+/* Bytes the stream holds that a read(2) of its descriptor would skip. */
+static size_t
+held_by(const FILE *in)
+{
+    size_t held = (size_t)(in->_IO_read_end - in->_IO_read_ptr);
+
+    if (in->_flags & _IO_IN_BACKUP) {
+        held += (size_t)(in->_IO_save_end - in->_IO_save_base);
+    }
+    return held;
+}
+
+
 /* Before a live input is read: when nothing is there yet, tell the sink that
  * the scan is about to wait. Returns nonzero when the sink stops the scan. */
 static int
@@ -105,7 +126,9 @@ waits(scan *s)
 {
     struct pollfd ready = {fileno(s->in), POLLIN, 0};
 
-    if (s->sink->on_wait == NULL || poll(&ready, 1, 0) != 0) {
+    /* A poll that fails (a signal) counts as nothing there: the sink hears of
+     * a wait that may not come rather than miss one. */
+    if (s->sink->on_wait == NULL || poll(&ready, 1, 0) > 0) {
         return 0;
     }
     if (s->sink->on_wait(s->sink->ctx) != 0) {
@@ -128,7 +151,7 @@ read_some(scan *s, char *into, size_t room)
 #ifdef __GLIBC__
     /* What the stream already holds is read through it first; glibc's FILE
      * fields are public, and no call says how much a stream holds. */
-    size_t held = (size_t)(s->in->_IO_read_end - s->in->_IO_read_ptr);
+    size_t held = s->live ? held_by(s->in) : 0;
     ssize_t n;
 
     if (s->read_errno != 0) {
@@ -209,20 +232,26 @@ skip_long_line(scan *s, size_t have)
 static int
 run(scan *s)
 {
-    size_t start = 0, end = 0, n;
+    size_t start = 0, end = 0, searched = 0, n; /* searched: no newline in buf[start, searched) */
     char *nl;
 
     while (!s->stopped && !s->oom) {
-        if ((nl = memchr(s->buf + start, '\n', end - start)) != NULL) {
+        if (searched < start) {
+            searched = start;
+        }
+        if ((nl = memchr(s->buf + searched, '\n', end - searched)) != NULL) {
             scan_line(s, s->buf + start, (size_t)(nl - (s->buf + start)));
             start = (size_t)(nl - s->buf) + 1;
             continue;
         }
+        /* A line that arrives in small reads is not searched again from its start. */
         memmove(s->buf, s->buf + start, end - start);
         end -= start;
         start = 0;
+        searched = end;
         if (end == s->cap) {
             end = skip_long_line(s, end);
+            searched = 0;
             continue;
         }
         n = read_some(s, s->buf + end, s->cap - end);

@@ -2,13 +2,13 @@
  * match_scan: match every line of a stream of JSON events, one event per line,
  * against a matcher, without a call per line from the caller: the bulk side of
  * `relay match --events`. What to do with a match or a malformed line is the
- * caller's (a sink of two callbacks); this unit only reads, splits and matches.
+ * caller's (a sink of callbacks); this unit only reads, splits and matches.
  *
  * Reading blocks: meant for a one-shot command, never for the daemon's loop.
  * A regular file is split into byte ranges that several threads read and
- * match (relay_match_scan_file); pipes and terminals are read a buffer at a
- * time on the caller's thread. Either way
- * the sink hears the same calls in the same order, on the caller's thread.
+ * match (relay_match_scan_file); pipes, sockets and terminals are read as
+ * their bytes arrive on the caller's thread. Either way the sink hears the
+ * same calls in the same order, on the caller's thread.
  *
  * Every line is an event, the last one too when no newline ends it. A line the
  * matcher refuses is malformed, an empty line included ("empty event"). A line

@@ -277,7 +277,9 @@ describe("relay match --events (bulk)", function()
             "mkfifo " .. fifo_in .. " " .. fifo_out,
             "env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. fifo_in
                 .. " >" .. fifo_out .. " &",
-            "exec 4<" .. fifo_out .. " 3>" .. fifo_in,
+            -- Opened for reading and writing, the input does not wait for relay to open it
+            -- (which it does only once its rules are loaded, or never if it fails first).
+            "exec 4<" .. fifo_out .. " 3<>" .. fifo_in,
             "echo " .. quote(USERS_INSERT) .. " >&3",
             "if read -r -t 60 first <&4; then echo \"first: $first\"; else echo 'nothing while it was open'; fi",
             "echo " .. quote(USERS_INSERT) .. " >&3",
@@ -286,10 +288,33 @@ describe("relay match --events (bulk)", function()
             "wait $!",
             "echo \"exit $?\"",
         }, "\n")
-        local out = shell("bash -c " .. quote(script) .. " 2>&1")
+        local out = shell("timeout 180 bash -c " .. quote(script) .. " 2>&1")
         fs.rm_rf(dir)
         assert.are.equal("first: 1 alpha/users.created\n1 alpha/any.insert\n1 beta/users.all\n"
             .. "2 alpha/users.created\n2 alpha/any.insert\n2 beta/users.all\nexit 0\n", out)
+    end)
+
+    it("ends when the reader of its output goes away while a pipe is still open", function()
+        -- `tail -f … | relay match … | head -1`: once head has its line and exits, the next
+        -- flush fails and relay ends (exit 2, naming the error) instead of reading on.
+        local dir = tmp.mkdtemp("relay-match-")
+        local fifo_in, fifo_out, fifo_code = quote(dir .. "/in"), quote(dir .. "/out"), quote(dir .. "/code")
+        local script = table.concat({
+            "mkfifo " .. fifo_in .. " " .. fifo_out .. " " .. fifo_code,
+            "exec 3<>" .. fifo_in .. " 5<>" .. fifo_code,
+            "{ env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. fifo_in
+                .. " >" .. fifo_out .. " 2>" .. quote(dir .. "/err") .. "; echo \"relay exit $?\" >&5; } 3>&- &",
+            "echo " .. quote(USERS_INSERT) .. " >&3",
+            "head -1 <" .. fifo_out, -- prints the first match line and goes
+            "for _ in 1 2 3; do echo " .. quote(USERS_INSERT) .. " >&3; done",
+            -- The script holds the input's only writer: if relay still runs, it ends with it.
+            "if read -r -t 60 code <&5; then echo \"$code\"; cat " .. quote(dir .. "/err")
+                .. "; else echo 'relay still runs'; fi",
+        }, "\n")
+        local out = shell("timeout 180 bash -c " .. quote(script) .. " 2>&1")
+        fs.rm_rf(dir)
+        assert.are.equal("1 alpha/users.created\nrelay exit 2\nrelay: cannot write the output: Broken pipe\n",
+            out)
     end)
 
     it("matches a file large enough to map ahead as it matches the same lines read from stdin", function()

@@ -194,7 +194,11 @@ local function match_file(args, cfg, m, labels, now_ms, events)
         -- A pipe has nothing more for now: what was matched so far is printed before the
         -- wait, so that relay match works as a live filter (tail -f … | relay match).
         on_wait = function()
-            io.stdout:flush()
+            local flushed, err = io.stdout:flush()
+            if not flushed then
+                -- The reader went away (… | head -1): reading on would never end.
+                exit.env("cannot write the output: " .. err)
+            end
         end,
     })
     if events.ahead then
