@@ -178,18 +178,15 @@ read_some(scan *s, char *into, size_t room)
 }
 
 
-/* Whether `in` is read as its bytes arrive (a pipe, FIFO, socket or
- * terminal); a pipe's size is raised on the way. */
+/* Whether fd (of mode `mode`, per fstat) is read as its bytes arrive: a pipe,
+ * FIFO, socket or terminal; a pipe's size is raised on the way. */
 static int
-is_live(FILE *in)
+is_live(int fd, mode_t mode)
 {
-    struct stat sb;
-    int fd = fileno(in);
-
-    if (fd < 0 || fstat(fd, &sb) < 0 || !(S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || S_ISCHR(sb.st_mode))) {
+    if (!(S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode))) {
         return 0;
     }
-    if (S_ISFIFO(sb.st_mode) && fcntl(fd, F_GETPIPE_SZ) < PIPE_WANT) {
+    if (S_ISFIFO(mode) && fcntl(fd, F_GETPIPE_SZ) < PIPE_WANT) {
         (void)fcntl(fd, F_SETPIPE_SZ, PIPE_WANT); /* best effort: a smaller pipe only costs speed */
     }
     return 1;
@@ -236,12 +233,9 @@ run(scan *s)
     char *nl;
 
     while (!s->stopped && !s->oom) {
-        if (searched < start) {
-            searched = start;
-        }
         if ((nl = memchr(s->buf + searched, '\n', end - searched)) != NULL) {
             scan_line(s, s->buf + start, (size_t)(nl - (s->buf + start)));
-            start = (size_t)(nl - s->buf) + 1;
+            start = searched = (size_t)(nl - s->buf) + 1;
             continue;
         }
         /* A line that arrives in small reads is not searched again from its start. */
@@ -288,24 +282,22 @@ buffer_size(const relay_match_scan_opts *opts)
 }
 
 
-/* A regular file is split between threads (relay_match_scan_file). Returns
+/* A regular file (sb: fstat of in) is split between threads (relay_match_scan_file). Returns
  * NOT_SPLIT when `in` is not one: the caller streams it instead; else what
  * that scan returned. The rest of the file from the stream's position is
  * scanned, and the stream is left at its end. */
 static int
-scan_regular(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, const relay_match_scan_sink *sink,
-             relay_match_scan_counts *counts, char *err, size_t errlen)
+scan_regular(relay_matcher *m, FILE *in, const struct stat *sb, const relay_match_scan_opts *opts,
+             const relay_match_scan_sink *sink, relay_match_scan_counts *counts, char *err, size_t errlen)
 {
-    struct stat sb;
     off_t at;
-    int fd = fileno(in), rc;
+    int rc;
 
     /* An empty size is also what /proc files report: stream those instead. */
-    if (fd < 0 || fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0 || (at = ftello(in)) < 0
-        || at > sb.st_size) {
+    if (!S_ISREG(sb->st_mode) || sb->st_size == 0 || (at = ftello(in)) < 0 || at > sb->st_size) {
         return NOT_SPLIT;
     }
-    rc = relay_match_scan_file(m, fd, at, sb.st_size, opts, sink, counts, err, errlen);
+    rc = relay_match_scan_file(m, fileno(in), at, sb->st_size, opts, sink, counts, err, errlen);
     fseeko(in, 0, SEEK_END);
     return rc;
 }
@@ -316,7 +308,9 @@ relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, 
                  relay_match_scan_counts *counts, char *err, size_t errlen)
 {
     scan s;
-    int rc = scan_regular(m, in, opts, sink, counts, err, errlen);
+    struct stat sb;
+    int fd = fileno(in), known = fd >= 0 && fstat(fd, &sb) == 0;
+    int rc = known ? scan_regular(m, in, &sb, opts, sink, counts, err, errlen) : NOT_SPLIT;
 
     if (rc != NOT_SPLIT) {
         return rc;
@@ -331,7 +325,7 @@ relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, 
     s.in = in;
     s.cap = buffer_size(opts);
     s.ids_cap = IDS_FIRST;
-    s.live = is_live(in);
+    s.live = known && is_live(fd, sb.st_mode);
     s.buf = malloc(s.cap);
     s.ids = malloc(s.ids_cap * sizeof(*s.ids));
     if (s.buf == NULL || s.ids == NULL) {

@@ -47,6 +47,25 @@ local function shell(command)
 end
 
 
+--- What a bash script prints, run under a 180 s bound beside FIFOs made for it in a fresh
+-- directory: lines(path) gives the script's lines, path(name) the quoted path of a file there.
+local function with_fifos(fifos, lines)
+    local dir = tmp.mkdtemp("relay-match-")
+    local function path(name)
+        return quote(dir .. "/" .. name)
+    end
+    local made = {}
+    for i, name in ipairs(fifos) do
+        made[i] = path(name)
+    end
+    local script = lines(path)
+    table.insert(script, 1, "mkfifo " .. table.concat(made, " "))
+    local out = shell("timeout 180 bash -c " .. quote(table.concat(script, "\n")) .. " 2>&1")
+    fs.rm_rf(dir)
+    return out
+end
+
+
 local function slurp(path)
     local f = assert(io.open(path, "rb"))
     local text = f:read("*a")
@@ -257,13 +276,10 @@ describe("relay match --events (bulk)", function()
     it("reports the apps' error before opening a FIFO given as --events", function()
         -- A regular file is opened before the rules load (to map it ahead); a FIFO is not,
         -- as its open would wait for a writer.
-        local dir = tmp.mkdtemp("relay-match-")
-        local fifo = dir .. "/events"
-        local made = os.execute("mkfifo " .. quote(fifo))
-        assert.is_true(made == 0 or made == true)
-        local out = shell("timeout 60 env -u RELAY_APPS " .. quote(BIN) .. " match --apps "
-            .. "spec/fixtures/apps/nonexistent --events " .. quote(fifo) .. " 2>&1 </dev/null; echo exit $?")
-        fs.rm_rf(dir)
+        local out = with_fifos({ "events" }, function(path)
+            return { "timeout 60 env -u RELAY_APPS " .. quote(BIN) .. " match --apps "
+                .. "spec/fixtures/apps/nonexistent --events " .. path("events") .. " 2>&1 </dev/null; echo exit $?" }
+        end)
         assert.are.equal("relay: apps directory spec/fixtures/apps/nonexistent: No such file or directory\n"
             .. "exit 2\n", out)
     end)
@@ -271,25 +287,22 @@ describe("relay match --events (bulk)", function()
     it("prints the matches of a pipe's lines as they arrive, while the writer holds it open", function()
         -- The writer sends one event and waits (up to 60 s) for its first match line before
         -- it sends the next: output held back until the input ends would make it wait that out.
-        local dir = tmp.mkdtemp("relay-match-")
-        local fifo_in, fifo_out = quote(dir .. "/in"), quote(dir .. "/out")
-        local script = table.concat({
-            "mkfifo " .. fifo_in .. " " .. fifo_out,
-            "env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. fifo_in
-                .. " >" .. fifo_out .. " &",
-            -- Opened for reading and writing, the input does not wait for relay to open it
-            -- (which it does only once its rules are loaded, or never if it fails first).
-            "exec 4<" .. fifo_out .. " 3<>" .. fifo_in,
-            "echo " .. quote(USERS_INSERT) .. " >&3",
-            "if read -r -t 60 first <&4; then echo \"first: $first\"; else echo 'nothing while it was open'; fi",
-            "echo " .. quote(USERS_INSERT) .. " >&3",
-            "exec 3>&-",
-            "cat <&4",
-            "wait $!",
-            "echo \"exit $?\"",
-        }, "\n")
-        local out = shell("timeout 180 bash -c " .. quote(script) .. " 2>&1")
-        fs.rm_rf(dir)
+        local out = with_fifos({ "in", "out" }, function(path)
+            return {
+                "env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. path("in")
+                    .. " >" .. path("out") .. " &",
+                -- Opened for reading and writing, the input does not wait for relay to open it
+                -- (which it does only once its rules are loaded, or never if it fails first).
+                "exec 4<" .. path("out") .. " 3<>" .. path("in"),
+                "echo " .. quote(USERS_INSERT) .. " >&3",
+                "if read -r -t 60 first <&4; then echo \"first: $first\"; else echo 'nothing while it was open'; fi",
+                "echo " .. quote(USERS_INSERT) .. " >&3",
+                "exec 3>&-",
+                "cat <&4",
+                "wait $!",
+                "echo \"exit $?\"",
+            }
+        end)
         assert.are.equal("first: 1 alpha/users.created\n1 alpha/any.insert\n1 beta/users.all\n"
             .. "2 alpha/users.created\n2 alpha/any.insert\n2 beta/users.all\nexit 0\n", out)
     end)
@@ -297,22 +310,19 @@ describe("relay match --events (bulk)", function()
     it("ends when the reader of its output goes away while a pipe is still open", function()
         -- `tail -f … | relay match … | head -1`: once head has its line and exits, the next
         -- flush fails and relay ends (exit 2, naming the error) instead of reading on.
-        local dir = tmp.mkdtemp("relay-match-")
-        local fifo_in, fifo_out, fifo_code = quote(dir .. "/in"), quote(dir .. "/out"), quote(dir .. "/code")
-        local script = table.concat({
-            "mkfifo " .. fifo_in .. " " .. fifo_out .. " " .. fifo_code,
-            "exec 3<>" .. fifo_in .. " 5<>" .. fifo_code,
-            "{ env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. fifo_in
-                .. " >" .. fifo_out .. " 2>" .. quote(dir .. "/err") .. "; echo \"relay exit $?\" >&5; } 3>&- &",
-            "echo " .. quote(USERS_INSERT) .. " >&3",
-            "head -1 <" .. fifo_out, -- prints the first match line and goes
-            "for _ in 1 2 3; do echo " .. quote(USERS_INSERT) .. " >&3; done",
-            -- The script holds the input's only writer: if relay still runs, it ends with it.
-            "if read -r -t 60 code <&5; then echo \"$code\"; cat " .. quote(dir .. "/err")
-                .. "; else echo 'relay still runs'; fi",
-        }, "\n")
-        local out = shell("timeout 180 bash -c " .. quote(script) .. " 2>&1")
-        fs.rm_rf(dir)
+        local out = with_fifos({ "in", "out", "code" }, function(path)
+            return {
+                "exec 3<>" .. path("in") .. " 5<>" .. path("code"),
+                "{ env -u RELAY_APPS " .. quote(BIN) .. " match --apps " .. VALID .. " --events " .. path("in")
+                    .. " >" .. path("out") .. " 2>" .. path("err") .. "; echo \"relay exit $?\" >&5; } 3>&- &",
+                "echo " .. quote(USERS_INSERT) .. " >&3",
+                "head -1 <" .. path("out"), -- prints the first match line and goes
+                "for _ in 1 2 3; do echo " .. quote(USERS_INSERT) .. " >&3; done",
+                -- The script holds the input's only writer: if relay still runs, it ends with it.
+                "if read -r -t 60 code <&5; then echo \"$code\"; cat " .. path("err")
+                    .. "; else echo 'relay still runs'; fi",
+            }
+        end)
         assert.are.equal("1 alpha/users.created\nrelay exit 2\nrelay: cannot write the output: Broken pipe\n",
             out)
     end)

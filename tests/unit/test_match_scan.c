@@ -193,6 +193,29 @@ test_read_error(void)
 }
 
 
+/* A pipe already holding text, read through a FILE; the write end is left
+ * open in *writer (the input then waits for more) or, with writer NULL,
+ * closed (the input ends after text). The recorder is cleared. */
+static FILE *
+pipe_holding(const char *text, int *writer)
+{
+    FILE *in = NULL;
+    int fds[2];
+
+    seen[0] = '\0';
+    seen_len = 0;
+    CHECK(pipe(fds) == 0);
+    CHECK(write(fds[1], text, strlen(text)) == (ssize_t)strlen(text));
+    if (writer != NULL) {
+        *writer = fds[1];
+    } else {
+        close(fds[1]);
+    }
+    CHECK((in = fdopen(fds[0], "r")) != NULL);
+    return in;
+}
+
+
 /* A pipe's writer and the scan's sink: the writer waits (with a bound) for
  * each line it wrote to be reported before it writes the next. */
 typedef struct pipe_talk {
@@ -275,12 +298,8 @@ test_pipe(void)
     pthread_t writer;
     char err[128];
     long max_size = 0;
-    FILE *in, *max = fopen("/proc/sys/fs/pipe-max-size", "r");
-    int fds[2];
+    FILE *in = pipe_holding("", &t.fd), *max = fopen("/proc/sys/fs/pipe-max-size", "r");
 
-    CHECK(pipe(fds) == 0);
-    CHECK((in = fdopen(fds[0], "r")) != NULL);
-    t.fd = fds[1];
     CHECK(pthread_create(&writer, NULL, talk_write, &t) == 0);
     CHECK(relay_match_scan(m, in, &opts, &sink, &counts, err, sizeof(err)) == 0);
     pthread_join(writer, NULL);
@@ -289,7 +308,7 @@ test_pipe(void)
     /* Unprivileged, the raise may be refused (pipe-max-size, or the user's pipes over
      * pipe-user-pages-soft); as root it is not. */
     if (geteuid() == 0 || (max != NULL && fscanf(max, "%ld", &max_size) == 1 && max_size >= 1 << 20)) {
-        CHECK(fcntl(fds[0], F_GETPIPE_SZ) >= (geteuid() == 0 ? 1 << 20 : 4096));
+        CHECK(fcntl(fileno(in), F_GETPIPE_SZ) >= (geteuid() == 0 ? 1 << 20 : 4096));
     }
     if (max != NULL) {
         fclose(max);
@@ -304,29 +323,6 @@ stop_waiting(void *ctx)
 {
     (void)ctx;
     return 1;
-}
-
-
-/* A pipe already holding text, read through a FILE; the write end is left
- * open in *writer (the input then waits for more) or, with writer NULL,
- * closed (the input ends after text). The recorder is cleared. */
-static FILE *
-pipe_holding(const char *text, int *writer)
-{
-    FILE *in = NULL;
-    int fds[2];
-
-    seen[0] = '\0';
-    seen_len = 0;
-    CHECK(pipe(fds) == 0);
-    CHECK(write(fds[1], text, strlen(text)) == (ssize_t)strlen(text));
-    if (writer != NULL) {
-        *writer = fds[1];
-    } else {
-        close(fds[1]);
-    }
-    CHECK((in = fdopen(fds[0], "r")) != NULL);
-    return in;
 }
 
 
