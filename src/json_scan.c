@@ -1041,25 +1041,271 @@ scan_plain_pair(scanner *s, cursor p)
 }
 
 
-/* scan_plain_pair over the pairs of an object while ',' joins them. Returns
+/* ---- Runs of plain pairs read from one 64-byte window ----
+ *
+ * An object's usual pairs ("key":"value", "key":number, nothing between the
+ * tokens) follow one another closely, and reading each string's end with its
+ * own 16-byte load makes every pair wait on the last one's end. A window's
+ * quote mask gives every string end in it at once: one classification per
+ * window, then a bit operation per string. Anything else (an escape, a control
+ * or non-ASCII byte in a string, whitespace, a nested value, a string past the
+ * window) goes back to the per-pair path or the general one, which read it
+ * from scratch, so the visits and errors are those of the general path. */
+
+/* Bytes a window needs after its start: 64 classified, and the ':', value
+ * quote, ',' or '}' and next quote that follow a string ending at byte 63. */
+#define PAIR_WINDOW_MIN 80
+
+/* One window's bytes that a run of pairs is made of: quotes, string stops
+ * ('\\', a control or a non-ASCII byte), ':', ',' and '}'. */
+typedef struct pair_masks {
+    uint64_t quotes, stops, colons, commas, closes;
+} pair_masks;
+
+typedef void (*pair_masks_fn)(cursor p, pair_masks *m);
+
+#ifdef __SSE2__
+static inline __attribute__((always_inline)) void
+pair_masks_sse2(cursor p, pair_masks *m)
+{
+    unsigned i;
+
+    memset(m, 0, sizeof(*m));
+    for (i = 0; i < 64; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + i));
+
+        m->quotes |= eq16(x, '"') << i;
+        m->stops |= (eq16(x, '\\') | (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20))))
+                    << i;
+        m->colons |= eq16(x, ':') << i;
+        m->commas |= eq16(x, ',') << i;
+        m->closes |= eq16(x, '}') << i;
+    }
+}
+#endif
+
+
+#if SCAN_AVX2
+__attribute__((target("avx2,bmi,bmi2,popcnt"), always_inline)) static inline void
+pair_masks_avx2(cursor p, pair_masks *m)
+{
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+    __m256i space = _mm256_set1_epi8(0x20);
+
+    m->quotes = eq32(lo, '"') | eq32(hi, '"') << 32;
+    /* Signed compare: bytes >= 0x80 are negative, so controls and
+     * non-ASCII are one test. */
+    m->stops = eq32(lo, '\\') | eq32(hi, '\\') << 32
+               | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(space, lo))
+               | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpgt_epi8(space, hi)) << 32;
+    m->colons = eq32(lo, ':') | eq32(hi, ':') << 32;
+    m->commas = eq32(lo, ',') | eq32(hi, ',') << 32;
+    m->closes = eq32(lo, '}') | eq32(hi, '}') << 32;
+}
+
+
+__attribute__((target("avx512f,avx512bw,bmi,bmi2,popcnt"), always_inline)) static inline void
+pair_masks_avx512(cursor p, pair_masks *m)
+{
+    __m512i x = _mm512_loadu_si512((const void *)p);
+
+    m->quotes = eq64(x, '"');
+    m->stops = eq64(x, '\\') | (uint64_t)_mm512_cmplt_epi8_mask(x, _mm512_set1_epi8(0x20));
+    m->colons = eq64(x, ':');
+    m->commas = eq64(x, ',');
+    m->closes = eq64(x, '}');
+}
+#endif
+
+
+/* Bits from n+1 up, for n < 64 (no test for a shift by 64). */
+static inline uint64_t
+above(unsigned n)
+{
+    return ~UINT64_C(0) << n << 1;
+}
+
+
+/* Bits lo+1 .. hi-1 for lo < hi < 64: a string's contents between its quotes. */
+static inline uint64_t
+between(unsigned lo, unsigned hi)
+{
+    return above(lo) & ((UINT64_C(1) << hi) - 1);
+}
+
+
+/* What one pair at p[at] (a key's quote) in the window came to. */
+enum pair_end { PAIR_NEXT, PAIR_LAST, PAIR_REFILL, PAIR_GENERAL };
+
+/* Read the pair at p[at]; on PAIR_NEXT *at is the next key's quote (in the
+ * window) or, with *moved, the offset the next window starts at; on PAIR_LAST
+ * *at is the closing '}'. The bytes between the tokens are tested in the
+ * masks, not loaded: a pair's tests then wait on nothing but bit operations. */
+static inline __attribute__((always_inline)) enum pair_end
+window_pair(scanner *s, cursor p, const pair_masks *m, uint64_t lens, unsigned *at, int *moved)
+{
+    unsigned key = *at, key_end, v, after, len;
+    uint64_t rest = m->quotes & above(key);
+    relay_json_type type = RELAY_JSON_STRING;
+    cursor from, to;
+    scan_error ignored;
+
+    if (!rest || (key_end = (unsigned)__builtin_ctzll(rest)) >= 62) {
+        return PAIR_REFILL;
+    }
+    if (m->stops & between(key, key_end) || !(m->colons >> (key_end + 1) & 1)) {
+        return PAIR_GENERAL;
+    }
+    v = key_end + 2;
+    if (m->quotes >> v & 1) {
+        rest = m->quotes & above(v);
+        if (!rest || (after = (unsigned)__builtin_ctzll(rest) + 1) >= 64) {
+            return PAIR_REFILL;
+        }
+        if (m->stops & between(v, after - 1) || !((m->commas | m->closes) >> after & 1)) {
+            return PAIR_GENERAL;
+        }
+        from = p + v + 1;
+        to = p + after - 1;
+    } else if (p[v] == '-' || (unsigned)(p[v] - '0') < 10) {
+        if (!(to = scan_number(p + v, s->end, &ignored)) || to == s->end || (*to != ',' && *to != '}')) {
+            return PAIR_GENERAL;
+        }
+        type = RELAY_JSON_NUMBER;
+        from = p + v;
+        after = (unsigned)(to - p);
+    } else {
+        return PAIR_GENERAL;
+    }
+    len = key_end - key - 1;
+    if (lens >> (len < 63 ? len : 63) & 1) {
+        report_scalar(s, s->v->on_key(s->v->ctx, s->token[s->depth], (const char *)p + key + 1, len, 0), type, from, to,
+                      0);
+    }
+    *at = after;
+    if (p[after] == '}') {
+        return PAIR_LAST;
+    }
+    *at = after + 1;
+    *moved = *at >= 64 || !(m->quotes >> *at & 1);
+    return PAIR_NEXT;
+}
+
+
+/* One pair by the per-pair path (a pair longer than a window, or near the
+ * end of the text). Returns 1 when the run goes on at *p; else *p is where
+ * the general path goes on, with *at_key cleared at a closing '}'. */
+static inline int
+pair_alone(scanner *s, cursor *p, int *at_key)
+{
+    cursor q = scan_plain_pair(s, *p);
+
+    if (q == NULL) {
+        return 0;
+    }
+    if (*q == '}') {
+        *at_key = 0;
+        *p = q;
+        return 0;
+    }
+    *p = q + 1;
+    if (*p < s->end && is_space[**p]) {
+        *p = skip_space(s, *p, s->end);
+    }
+    return 1;
+}
+
+
+/* The pairs of an object while ',' joins them, a window at a time. Returns
  * where the general path goes on: at a key (*at_key set), or at the '}'
  * after the last pair read. */
-static inline cursor
-scan_plain_pairs(scanner *s, cursor p, int *at_key)
+static inline __attribute__((always_inline)) cursor
+pair_windows(scanner *s, cursor p, int *at_key, pair_masks_fn masks)
 {
-    cursor q;
+    pair_masks m;
+    unsigned at;
+    int moved;
+    /* key_token's filter, fixed while the run stays in one object: none of
+     * an untracked object's keys is reported. */
+    uint64_t lens = s->token[s->depth] < 0 ? 0 : s->key_lengths[s->depth];
 
     *at_key = 1;
-    while ((q = scan_plain_pair(s, p)) != NULL) {
-        if (*q == '}') {
-            *at_key = 0;
-            return q;
+    while (s->end - p >= PAIR_WINDOW_MIN && *p == '"') {
+        masks(p, &m);
+        at = 0;
+        moved = 0;
+        while (!moved) {
+            switch (window_pair(s, p, &m, lens, &at, &moved)) {
+            case PAIR_LAST:
+                *at_key = 0;
+                return p + at;
+            case PAIR_GENERAL:
+                return p + at;
+            case PAIR_REFILL:
+                if (at == 0 && !pair_alone(s, &p, at_key)) {
+                    return p;
+                }
+                moved = 1;
+                break;
+            case PAIR_NEXT:
+                break;
+            }
         }
-        p = q + 1;
+        p += at;
         if (p < s->end && is_space[*p]) {
             p = skip_space(s, p, s->end);
         }
     }
+    while (pair_alone(s, &p, at_key)) {
+    }
+    return p;
+}
+
+
+#ifdef __SSE2__
+static cursor
+pairs_sse2(scanner *s, cursor p, int *at_key)
+{
+    return pair_windows(s, p, at_key, pair_masks_sse2);
+}
+#endif
+
+
+#if SCAN_AVX2
+__attribute__((target("avx2,bmi,bmi2,popcnt"))) static cursor
+pairs_avx2(scanner *s, cursor p, int *at_key)
+{
+    return pair_windows(s, p, at_key, pair_masks_avx2);
+}
+
+
+__attribute__((target("avx512f,avx512bw,bmi,bmi2,popcnt"))) static cursor
+pairs_avx512(scanner *s, cursor p, int *at_key)
+{
+    return pair_windows(s, p, at_key, pair_masks_avx512);
+}
+#endif
+
+
+/* The plain pairs at p, with the classifier of the SIMD level in use. */
+static inline cursor
+scan_plain_pairs(scanner *s, cursor p, int *at_key)
+{
+    *at_key = 1;
+#if SCAN_AVX2
+    if (simd_level == RELAY_JSON_SIMD_AVX512) {
+        return pairs_avx512(s, p, at_key);
+    }
+    if (simd_level == RELAY_JSON_SIMD_AVX2) {
+        return pairs_avx2(s, p, at_key);
+    }
+#endif
+#ifdef __SSE2__
+    if (simd_level != RELAY_JSON_SIMD_OFF) {
+        return pairs_sse2(s, p, at_key);
+    }
+#endif
     return p;
 }
 
