@@ -122,7 +122,7 @@ mnode_child(const relay_matcher *m, uint32_t parent, const char *key, size_t len
         for (i = 0; i < p->nchildren; i++) {
             const mnode *c = &m->nodes[p->few_children[i]];
 
-            if (c->key_len == len && memcmp(m->pool + c->key_off, key, len) == 0) {
+            if (c->key_len == len && same_bytes(m->pool + c->key_off, key, len)) {
                 return p->few_children[i];
             }
         }
