@@ -708,9 +708,8 @@ static const char digits70[] = "012345678901234567890123456789012345678901234567
 
 
 /* One pair for test_pair_runs: mostly plain "key":"value" of lengths on
- * both sides of the one-go pair path's 16-byte limit and of the pair
- * window's 64 bytes, sometimes a number, a nested object, an escape,
- * non-ASCII or whitespace. */
+ * both sides of the one-go pair path's 16-byte limit, sometimes a number, a
+ * nested object, an escape, non-ASCII or whitespace. */
 static size_t
 gen_pair(char *out, size_t at)
 {
@@ -780,33 +779,6 @@ test_pair_runs(void)
 }
 
 
-/* A key or value string of every length from 0 to 70 after a first pair of
- * every length to 70, so that each token of the pair after it (its quotes,
- * ':', ',', '}' and a number's end) falls on every byte of the window around
- * its last bytes (62-65): a pair that does not fit is read again from a new
- * window or by the per-pair path, never half-reported. The tail is long
- * enough for the window path to be taken; a nested object and a space end it. */
-static void
-test_pair_window_edges(void)
-{
-    static const char tail[] = ",\"tail\":\"...............................................................\"}";
-    char text[512];
-    size_t len;
-    int first, n;
-
-    for (first = 0; first <= 70; first++) {
-        for (n = 0; n <= 70; n++) {
-            len = (size_t)sprintf(text, "{\"f\":\"%.*s\",\"%.*s\":\"v\",\"k\":\"%.*s\",\"n\":1%.*s%s", first, digits70,
-                                  n, digits70, n, digits70, n % 20, digits70, tail);
-            CHECK(agree_all(text, len));
-            len = (size_t)sprintf(text, "{\"f\":\"%.*s\",\"o\":{\"%.*s\":2},\"s\": \"x\"%s", first, digits70, n,
-                                  digits70, tail);
-            CHECK(agree_all(text, len));
-        }
-    }
-}
-
-
 /* relay_json_scan_line: a line is settled only when it is a valid object
  * ending at a newline (blanks and CRs before it allowed), or at the end of
  * the text when that ends the last line; its length excludes the newline.
@@ -872,7 +844,6 @@ main(void)
     test_block_levels_resumed();
     test_plain_pairs();
     test_pair_runs();
-    test_pair_window_edges();
     test_scan_line();
     printf("%ld texts compared across levels\n", agree_cases);
     CHECK_DONE();
