@@ -178,18 +178,23 @@ read_some(scan *s, char *into, size_t room)
 }
 
 
-/* Whether fd (of mode `mode`, per fstat) is read as its bytes arrive: a pipe,
- * FIFO, socket or terminal; a pipe's size is raised on the way. */
+/* Whether an input of this mode (per fstat) is read as its bytes arrive: a
+ * pipe, FIFO, socket or terminal. */
 static int
-is_live(int fd, mode_t mode)
+is_live(mode_t mode)
 {
-    if (!(S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode))) {
-        return 0;
+    return S_ISFIFO(mode) || S_ISSOCK(mode) || S_ISCHR(mode);
+}
+
+
+/* Raise a pipe's size to PIPE_WANT where the limits allow; best effort, as a
+ * smaller pipe only costs speed. */
+static void
+widen_pipe(int fd)
+{
+    if (fcntl(fd, F_GETPIPE_SZ) < PIPE_WANT) {
+        (void)fcntl(fd, F_SETPIPE_SZ, PIPE_WANT);
     }
-    if (S_ISFIFO(mode) && fcntl(fd, F_GETPIPE_SZ) < PIPE_WANT) {
-        (void)fcntl(fd, F_SETPIPE_SZ, PIPE_WANT); /* best effort: a smaller pipe only costs speed */
-    }
-    return 1;
 }
 
 
@@ -325,7 +330,10 @@ relay_match_scan(relay_matcher *m, FILE *in, const relay_match_scan_opts *opts, 
     s.in = in;
     s.cap = buffer_size(opts);
     s.ids_cap = IDS_FIRST;
-    s.live = known && is_live(fd, sb.st_mode);
+    s.live = known && is_live(sb.st_mode);
+    if (known && S_ISFIFO(sb.st_mode)) {
+        widen_pipe(fd);
+    }
     s.buf = malloc(s.cap);
     s.ids = malloc(s.ids_cap * sizeof(*s.ids));
     if (s.buf == NULL || s.ids == NULL) {
