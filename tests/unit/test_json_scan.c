@@ -718,15 +718,17 @@ static const char digits70[] = "012345678901234567890123456789012345678901234567
 
 
 /* One pair for test_pair_runs: mostly plain "key":"value" of lengths on
- * both sides of the one-go pair path's 16-byte limit, sometimes a number, a
- * nested object, an escape, non-ASCII or whitespace. */
+ * both sides of the one-go pair path's limits (a key under 32 bytes; the
+ * value's closing quote within the key's 32-byte window, else within the 16
+ * bytes after the value's opening quote), sometimes a number, a nested
+ * object, an escape, non-ASCII or whitespace. */
 static size_t
 gen_pair(char *out, size_t at)
 {
     static const char *const odd[] = {
         "-12.5", "{\"a\":\"b\"}", "\"x\\ny\"", "\"caf\xc3\xa9\"", " \"sp\"", "\"\"", "[1,2]", "null",
     };
-    unsigned klen = rnd(5) == 0 ? rnd(80) : rnd(14), vlen = rnd(5) == 0 ? rnd(80) : rnd(14), i;
+    unsigned klen = rnd(5) == 0 ? rnd(80) : rnd(36), vlen = rnd(5) == 0 ? rnd(80) : rnd(36), i;
 
     out[at++] = '"';
     for (i = 0; i < klen; i++) {
