@@ -684,29 +684,47 @@ pick_simd(void)
 }
 
 
+/* What a block's checks need of the bytes before it: bit 0 of each mask
+ * stands for the previous block's last byte. `frac` is the carry of a
+ * fraction's digit run that reached that byte. */
+typedef struct block_carry {
+    uint64_t digit, comma, open, close, minus, dot, zero_start, frac;
+} block_carry;
+
+
 /* Bit i set when byte i breaks the grammar of "arrays of [-]int[.frac]
- * without whitespace", given that the byte before the block was ',' (a
- * value position). Every byte must be one of 0-9 - . , [ ] and may only
+ * without whitespace", given the bytes before the block (`in`, updated for
+ * the next block). Every byte must be one of 0-9 - . , [ ] and may only
  * follow bytes that can precede it; no leading zero, no second '.' in a
- * number. A number cut off by the block end is not fully judged, which is
- * why commits end at a ',' or a bracket. */
-static inline uint64_t
-block_errors(const block_masks *m)
+ * number. A number that goes on past the block is judged with the next. */
+static inline __attribute__((always_inline)) uint64_t
+block_errors(const block_masks *m, block_carry *in)
 {
     uint64_t d = m->digit, c = m->comma, o = m->open, x = m->close;
-    uint64_t pd = d << 1, pc = c << 1 | 1, po = o << 1, px = x << 1;
-    uint64_t starts = d & (pc | po | m->minus << 1);
-    uint64_t bad = ~(d | m->minus | m->dot | c | o | x);
+    uint64_t pd = d << 1 | in->digit, pc = c << 1 | in->comma, po = o << 1 | in->open, px = x << 1 | in->close;
+    uint64_t starts = d & (pc | po | m->minus << 1 | in->minus), zero_starts = starts & m->zero;
+    uint64_t bad = ~(d | m->minus | m->dot | c | o | x), frac;
+    int carry;
 
-    bad |= d & px;                      /* digit after ']' */
-    bad |= m->dot & ~pd;                /* '.' only after a digit */
-    bad |= (m->minus | o) & ~(pc | po); /* '-' and '[' start a value */
-    bad |= c & ~(pd | px);              /* ',' ends a value */
-    bad |= x & ~(pd | px | po);         /* ']' ends a value or [] */
-    bad |= (starts & m->zero) << 1 & d; /* leading zero */
+    bad |= d & px;                                  /* digit after ']' */
+    bad |= m->dot & ~pd;                            /* '.' only after a digit */
+    bad |= (m->minus | o) & ~(pc | po);             /* '-' and '[' start a value */
+    bad |= c & ~(pd | px);                          /* ',' ends a value */
+    bad |= x & ~(pd | px | po);                     /* ']' ends a value or [] */
+    bad |= (zero_starts << 1 | in->zero_start) & d; /* leading zero */
     /* Adding a fraction's first bit carries to just past its digit run,
-     * which must not be another '.' ("1.2.3"). */
-    bad |= ((m->dot << 1) + d) & ~d & m->dot;
+     * which must not be another '.' ("1.2.3"). A carry out of bit 63 needs a
+     * digit there, so `dot` and `frac` are never both set: one bit in. */
+    carry = __builtin_add_overflow(m->dot << 1 | in->dot | in->frac, d, &frac);
+    bad |= frac & ~d & m->dot;
+    in->digit = d >> 63;
+    in->comma = c >> 63;
+    in->open = o >> 63;
+    in->close = x >> 63;
+    in->minus = m->minus >> 63;
+    in->dot = m->dot >> 63;
+    in->zero_start = zero_starts >> 63;
+    in->frac = (uint64_t)carry;
     return bad;
 }
 
@@ -770,88 +788,107 @@ below(unsigned n)
 }
 
 
-/* A block's brackets below `limit` without following them one by one, when
- * counting proves no stop can occur among them: even if every ']' came first
- * the depth stays above the base, and even if every '[' came first it stays
- * within the limit. Sets the depth to what it is at `k` (the commit) and
- * returns 1 when it applied. A coordinate list's "],[" blocks take this
- * path; its first and last blocks do not. */
-static inline int
-block_brackets_counted(scanner *s, const block_masks *m, uint64_t brackets, unsigned k, int base)
-{
-    uint64_t open = brackets & ~m->close, close = brackets & m->close, upto = below(k);
-    int d = s->depth, opens = __builtin_popcountll(open);
+/* The block loop's state between blocks. `commit` is the furthest position
+ * proven valid where the scalar scanner can resume (just past a ',', at a
+ * value position), with the depth there. */
+typedef struct block_stream {
+    block_carry carry;
+    int depth;
+    int commit_depth;
+    cursor commit;
+} block_stream;
 
-    if (d - __builtin_popcountll(close) <= base || d + opens > RELAY_JSON_MAX_DEPTH) {
+
+/* Move the commit to just past the last of `commas` (a block's, before its
+ * first bad byte), if any. */
+static inline __attribute__((always_inline)) void
+block_note_commas(block_stream *st, const block_masks *m, cursor p, uint64_t commas)
+{
+    unsigned k;
+
+    if (commas) {
+        k = 64 - (unsigned)__builtin_clzll(commas);
+        st->commit = p + k;
+        st->commit_depth =
+            st->depth + __builtin_popcountll(m->open & below(k)) - __builtin_popcountll(m->close & below(k));
+    }
+}
+
+
+/* A block that is bad somewhere or may end the untracked value: follow its
+ * brackets before the first bad byte one by one. Returns 1 with *out and
+ * *after set when the loop stops here, 0 when the whole block was valid and
+ * the loop goes on. */
+static inline __attribute__((always_inline)) int
+block_slow(scanner *s, block_stream *st, const block_masks *m, uint64_t bad, cursor p, int base, int base_object,
+           cursor *out, int *after)
+{
+    block_cut cut;
+    unsigned limit = bad ? (unsigned)__builtin_ctzll(bad) : 64;
+
+    s->depth = st->depth;
+    if (block_brackets(s, (m->open | m->close) & below(limit), m->close, base, base_object, &cut)) {
+        *out = p + cut.at;
+        *after = cut.after;
+        return 1;
+    }
+    block_note_commas(st, m, p, m->comma & below(limit));
+    if (!bad) {
+        st->depth = s->depth;
+        s->depth = base;
         return 0;
     }
-    s->depth = d + __builtin_popcountll(open & upto) - __builtin_popcountll(close & upto);
+    s->depth = st->commit_depth;
+    *out = st->commit;
+    *after = 0;
     return 1;
 }
 
 
-/* Commit what one classified block proves. Returns the bytes committed
- * (0 = none) and sets *after. Commits end at a structural stop, else just
- * past the last ',' before the first bad byte; brackets beyond that ',' are
- * given back and the next block starts there. */
-static inline __attribute__((always_inline)) unsigned
-block_commit(scanner *s, const block_masks *m, int base, int base_object, int *after)
+/* One block of the loop, classified into m: 1 with *out and *after set
+ * when the loop stops here, else 0. */
+static inline __attribute__((always_inline)) int
+block_step(scanner *s, block_stream *st, const block_masks *m, cursor p, int base, int base_object, cursor *out,
+           int *after)
 {
-    block_cut cut;
-    uint64_t bad = block_errors(m), commas, brackets;
-    unsigned limit = bad ? (unsigned)__builtin_ctzll(bad) : 64, k;
-    int depth;
+    uint64_t bad = block_errors(m, &st->carry);
+    int opens = __builtin_popcountll(m->open), closes = __builtin_popcountll(m->close);
 
-    commas = m->comma & below(limit);
-    k = commas ? 64 - (unsigned)__builtin_clzll(commas) : 0;
-    brackets = (m->open | m->close) & below(limit);
-    *after = 0;
-    if (block_brackets_counted(s, m, brackets, k, base)) {
-        return k;
+    if (__builtin_expect(!bad && st->depth - closes > base && st->depth + opens <= RELAY_JSON_MAX_DEPTH, 1)) {
+        block_note_commas(st, m, p, m->comma);
+        st->depth += opens - closes;
+        return 0;
     }
-    if (block_brackets(s, brackets & below(k), m->close, base, base_object, &cut)) {
-        goto cut;
-    }
-    depth = s->depth;
-    if (block_brackets(s, brackets & ~below(k), m->close, base, base_object, &cut)) {
-        goto cut;
-    }
-    s->depth = depth;
-    return k;
-cut:
-    *after = cut.after;
-    return cut.at;
+    return block_slow(s, st, m, bad, p, base, base_object, out, after);
 }
 
 
 /* The block loop over the untracked array at p, one copy per classifier so
- * each can be compiled for its own instruction set. The tail is copied into
- * NUL padding, which is never valid, so nothing past `end` is committed;
- * it has its own loop so the main one makes no calls. */
-#define DEFINE_SKIP_BLOCKS(name, classify_fn)                        \
-    static cursor name(scanner *s, cursor p, cursor end, int *after) \
-    {                                                                \
-        int base = s->depth, base_object = s->is_object[base];       \
-        unsigned char pad[64];                                       \
-        block_masks m;                                               \
-        unsigned k;                                                  \
-                                                                     \
-        while (end - p >= 64) {                                      \
-            classify_fn(p, &m);                                      \
-            k = block_commit(s, &m, base, base_object, after);       \
-            p += k;                                                  \
-            if (k == 0 || *after)                                    \
-                return p;                                            \
-        }                                                            \
-        for (;;) {                                                   \
-            memset(pad, 0, sizeof(pad));                             \
-            memcpy(pad, p, (size_t)(end - p));                       \
-            classify_fn(pad, &m);                                    \
-            k = block_commit(s, &m, base, base_object, after);       \
-            p += k;                                                  \
-            if (k == 0 || *after)                                    \
-                return p;                                            \
-        }                                                            \
+ * each can be compiled for its own instruction set. Blocks follow each other
+ * 64 bytes apart whatever they hold, the checks carrying what they need of
+ * the previous block, so no load waits on the one before. The tail is
+ * copied into NUL padding, which is never valid, so nothing past `end` is
+ * committed and the last step always stops; it is outside the loop so the
+ * loop makes no calls. s->depth stays the base until the loop stops. */
+#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                                        \
+    static cursor name(scanner *s, cursor p, cursor end, int *after)                                 \
+    {                                                                                                \
+        int base = s->depth, base_object = s->is_object[base];                                       \
+        block_stream st = {.carry = {.comma = 1}, .depth = base, .commit_depth = base, .commit = p}; \
+        unsigned char pad[64];                                                                       \
+        block_masks m;                                                                               \
+        cursor out = p;                                                                              \
+                                                                                                     \
+        for (; end - p >= 64; p += 64) {                                                             \
+            classify_fn(p, &m);                                                                      \
+            if (block_step(s, &st, &m, p, base, base_object, &out, after))                           \
+                return out;                                                                          \
+        }                                                                                            \
+        memset(pad, 0, sizeof(pad));                                                                 \
+        memcpy(pad, p, (size_t)(end - p));                                                           \
+        classify_fn(pad, &m);                                                                        \
+        (void)block_step(s, &st, &m, p, base, base_object, &out, after);                             \
+        return out;                                                                                  \
     }
 
 /* clang-format reads a macro-defined function as a declaration. */

@@ -406,6 +406,35 @@ test_block_carries(void)
 }
 
 
+/* Numbers longer than a block: a block with no ',' at all, a fraction or a
+ * leading zero whose digits run on across one or two block boundaries, and
+ * then a trap, so that the verdict and the last proven ',' come from blocks
+ * before the one that fails. */
+static void
+test_block_long_runs(void)
+{
+    static const char *const tails[] = {"", ".5", "5", ".", "0", "-", "]", ",", "e1", "x", "]]", ",]"};
+    static const char *const heads[] = {"1", "0", "-0", "-9", "1.", "0."};
+    char buf[1024];
+    size_t h, t, n;
+    int len;
+
+    for (h = 0; h < sizeof(heads) / sizeof(*heads); h++) {
+        for (t = 0; t < sizeof(tails) / sizeof(*tails); t++) {
+            for (len = 50; len < 200; len++) {
+                n = (size_t)sprintf(buf, "{\"a\":[[5,6],[7,%s%.*s%s,8]]}", heads[h], len,
+                                    "2222222222222222222222222222222222222222222222222222222222222222222222"
+                                    "2222222222222222222222222222222222222222222222222222222222222222222222"
+                                    "2222222222222222222222222222222222222222222222222222222222222222222222",
+                                    tails[t]);
+                CHECK(agree(buf, n));
+                CHECK(agree(buf, n - 5)); /* cut off within the run or the trap */
+            }
+        }
+    }
+}
+
+
 static void
 test_block_random(void)
 {
@@ -850,6 +879,7 @@ main(void)
     test_unescape();
     test_block_crafted();
     test_block_carries();
+    test_block_long_runs();
     test_block_random();
     test_block_depth();
     test_block_counted();
