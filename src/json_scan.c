@@ -684,47 +684,43 @@ pick_simd(void)
 }
 
 
-/* What a block's checks need of the bytes before it: bit 0 of each mask
- * stands for the previous block's last byte. `frac` is the carry of a
- * fraction's digit run that reached that byte. */
-typedef struct block_carry {
-    uint64_t digit, comma, open, close, minus, dot, zero_start, frac;
-} block_carry;
+/* Blocks overlap by two bytes: each after the first starts 62 bytes after
+ * the one before, so the bytes a check looks back at are in the block
+ * itself. Those first two bytes were judged by the block before, with what
+ * came before them, and are left out of everything but the look-back. */
+#define BLOCK_STRIDE 62
+#define BLOCK_SEEN UINT64_C(3)
 
 
 /* Bit i set when byte i breaks the grammar of "arrays of [-]int[.frac]
- * without whitespace", given the bytes before the block (`in`, updated for
- * the next block). Every byte must be one of 0-9 - . , [ ] and may only
+ * without whitespace". Every byte must be one of 0-9 - . , [ ] and may only
  * follow bytes that can precede it; no leading zero, no second '.' in a
- * number. A number that goes on past the block is judged with the next. */
+ * number. Bit 0 has no byte before it: `first` says a ',' precedes it (the
+ * loop's first block, at a value position), else its bit (and bit 1's, for
+ * a leading zero) is meaningless and dropped by the caller. *frac says
+ * whether a fraction's digit run reaches bit 0, and is set for the next
+ * block, whose bit 0 is this one's bit 62. */
 static inline __attribute__((always_inline)) uint64_t
-block_errors(const block_masks *m, block_carry *in)
+block_errors(const block_masks *m, uint64_t first, uint64_t *frac)
 {
     uint64_t d = m->digit, c = m->comma, o = m->open, x = m->close;
-    uint64_t pd = d << 1 | in->digit, pc = c << 1 | in->comma, po = o << 1 | in->open, px = x << 1 | in->close;
-    uint64_t starts = d & (pc | po | m->minus << 1 | in->minus), zero_starts = starts & m->zero;
-    uint64_t bad = ~(d | m->minus | m->dot | c | o | x), frac;
-    int carry;
+    uint64_t pd = d << 1, pc = c << 1 | first, po = o << 1, px = x << 1;
+    uint64_t starts = d & (pc | po | m->minus << 1);
+    uint64_t bad = ~(d | m->minus | m->dot | c | o | x), run;
 
-    bad |= d & px;                                  /* digit after ']' */
-    bad |= m->dot & ~pd;                            /* '.' only after a digit */
-    bad |= (m->minus | o) & ~(pc | po);             /* '-' and '[' start a value */
-    bad |= c & ~(pd | px);                          /* ',' ends a value */
-    bad |= x & ~(pd | px | po);                     /* ']' ends a value or [] */
-    bad |= (zero_starts << 1 | in->zero_start) & d; /* leading zero */
+    bad |= d & px;                      /* digit after ']' */
+    bad |= m->dot & ~pd;                /* '.' only after a digit */
+    bad |= (m->minus | o) & ~(pc | po); /* '-' and '[' start a value */
+    bad |= c & ~(pd | px);              /* ',' ends a value */
+    bad |= x & ~(pd | px | po);         /* ']' ends a value or [] */
+    bad |= (starts & m->zero) << 1 & d; /* leading zero */
     /* Adding a fraction's first bit carries to just past its digit run,
-     * which must not be another '.' ("1.2.3"). A carry out of bit 63 needs a
-     * digit there, so `dot` and `frac` are never both set: one bit in. */
-    carry = __builtin_add_overflow(m->dot << 1 | in->dot | in->frac, d, &frac);
-    bad |= frac & ~d & m->dot;
-    in->digit = d >> 63;
-    in->comma = c >> 63;
-    in->open = o >> 63;
-    in->close = x >> 63;
-    in->minus = m->minus >> 63;
-    in->dot = m->dot >> 63;
-    in->zero_start = zero_starts >> 63;
-    in->frac = (uint64_t)carry;
+     * which must not be another '.' ("1.2.3"). The sum differs from the
+     * digits at bit 62 when a '.' is just before it or a carry reached it
+     * (never both: only a digit passes a carry on). */
+    run = (m->dot << 1 | *frac) + d;
+    bad |= run & ~d & m->dot;
+    *frac = (run ^ d) >> 62 & 1;
     return bad;
 }
 
@@ -788,107 +784,144 @@ below(unsigned n)
 }
 
 
-/* The block loop's state between blocks. `commit` is the furthest position
- * proven valid where the scalar scanner can resume (just past a ',', at a
- * value position), with the depth there. */
+/* The block loop's state between blocks. */
 typedef struct block_stream {
-    block_carry carry;
-    int depth;
-    int commit_depth;
-    cursor commit;
+    cursor start;    /* the untracked array's '[' */
+    int base;        /* the depth outside it */
+    int base_object; /* whether that level is an object */
+    int depth;       /* at the block's first byte not seen before */
+    int prev_depth;  /* the same for the block before */
+    uint64_t fresh;  /* the block's bytes not seen before */
+    uint64_t frac;   /* see block_errors */
 } block_stream;
 
 
-/* Move the commit to just past the last of `commas` (a block's, before its
- * first bad byte), if any. */
-static inline __attribute__((always_inline)) void
-block_note_commas(block_stream *st, const block_masks *m, cursor p, uint64_t commas)
+/* How a block leaves the loop. */
+enum { BLOCK_NEXT, BLOCK_STOP, BLOCK_LOOK_BACK };
+
+
+/* Resume the scalar scanner just past the block's last new ',' before
+ * `limit`, if it has one: the furthest point proven valid at which a value
+ * may start. Returns 1 with *out and s->depth set. */
+static inline __attribute__((always_inline)) int
+block_commit(scanner *s, const block_masks *m, cursor p, int depth, uint64_t fresh, unsigned limit, cursor *out)
 {
+    uint64_t commas = m->comma & fresh & below(limit), upto;
     unsigned k;
 
-    if (commas) {
-        k = 64 - (unsigned)__builtin_clzll(commas);
-        st->commit = p + k;
-        st->commit_depth =
-            st->depth + __builtin_popcountll(m->open & below(k)) - __builtin_popcountll(m->close & below(k));
+    if (!commas) {
+        return 0;
     }
+    k = 64 - (unsigned)__builtin_clzll(commas);
+    upto = fresh & below(k);
+    s->depth = depth + __builtin_popcountll(m->open & upto) - __builtin_popcountll(m->close & upto);
+    *out = p + k;
+    return 1;
 }
 
 
 /* A block that is bad somewhere or may end the untracked value: follow its
- * brackets before the first bad byte one by one. Returns 1 with *out and
- * *after set when the loop stops here, 0 when the whole block was valid and
- * the loop goes on. */
+ * brackets before the first bad byte one by one. Returns BLOCK_NEXT when
+ * the whole block was valid, else stops the loop here (*out, *after and
+ * s->depth set) or asks for the block before, when this one has no ','
+ * before its first bad byte. */
 static inline __attribute__((always_inline)) int
-block_slow(scanner *s, block_stream *st, const block_masks *m, uint64_t bad, cursor p, int base, int base_object,
-           cursor *out, int *after)
+block_slow(scanner *s, block_stream *st, const block_masks *m, uint64_t bad, cursor p, cursor *out, int *after)
 {
     block_cut cut;
     unsigned limit = bad ? (unsigned)__builtin_ctzll(bad) : 64;
 
     s->depth = st->depth;
-    if (block_brackets(s, (m->open | m->close) & below(limit), m->close, base, base_object, &cut)) {
+    if (block_brackets(s, (m->open | m->close) & st->fresh & below(limit), m->close, st->base, st->base_object, &cut)) {
         *out = p + cut.at;
         *after = cut.after;
-        return 1;
+        return BLOCK_STOP;
     }
-    block_note_commas(st, m, p, m->comma & below(limit));
     if (!bad) {
+        st->prev_depth = st->depth;
         st->depth = s->depth;
-        s->depth = base;
-        return 0;
+        st->fresh = ~BLOCK_SEEN;
+        s->depth = st->base;
+        return BLOCK_NEXT;
     }
-    s->depth = st->commit_depth;
-    *out = st->commit;
     *after = 0;
-    return 1;
+    if (block_commit(s, m, p, st->depth, st->fresh, limit, out)) {
+        return BLOCK_STOP;
+    }
+    if (p != st->start) {
+        return BLOCK_LOOK_BACK;
+    }
+    s->depth = st->base;
+    *out = st->start;
+    return BLOCK_STOP;
 }
 
 
-/* One block of the loop, classified into m: 1 with *out and *after set
- * when the loop stops here, else 0. */
+/* One block of the loop, classified into m: see block_slow. */
 static inline __attribute__((always_inline)) int
-block_step(scanner *s, block_stream *st, const block_masks *m, cursor p, int base, int base_object, cursor *out,
-           int *after)
+block_step(scanner *s, block_stream *st, const block_masks *m, cursor p, cursor *out, int *after)
 {
-    uint64_t bad = block_errors(m, &st->carry);
-    int opens = __builtin_popcountll(m->open), closes = __builtin_popcountll(m->close);
+    uint64_t bad = block_errors(m, st->fresh & 1, &st->frac) & st->fresh;
+    int opens = __builtin_popcountll(m->open & st->fresh), closes = __builtin_popcountll(m->close & st->fresh);
 
-    if (__builtin_expect(!bad && st->depth - closes > base && st->depth + opens <= RELAY_JSON_MAX_DEPTH, 1)) {
-        block_note_commas(st, m, p, m->comma);
+    if (__builtin_expect(!bad && st->depth - closes > st->base && st->depth + opens <= RELAY_JSON_MAX_DEPTH, 1)) {
+        st->prev_depth = st->depth;
         st->depth += opens - closes;
-        return 0;
+        st->fresh = ~BLOCK_SEEN;
+        return BLOCK_NEXT;
     }
-    return block_slow(s, st, m, bad, p, base, base_object, out, after);
+    return block_slow(s, st, m, bad, p, out, after);
+}
+
+
+/* The stop needs the last ',' of the block before, at p (classified into
+ * m), which was valid throughout; with none there either, nothing is
+ * committed. */
+static cursor
+block_look_back(scanner *s, const block_stream *st, const block_masks *m, cursor p)
+{
+    cursor out = st->start;
+
+    if (!block_commit(s, m, p, st->prev_depth, p == st->start ? ~UINT64_C(0) : ~BLOCK_SEEN, 64, &out)) {
+        s->depth = st->base;
+    }
+    return out;
 }
 
 
 /* The block loop over the untracked array at p, one copy per classifier so
  * each can be compiled for its own instruction set. Blocks follow each other
- * 64 bytes apart whatever they hold, the checks carrying what they need of
- * the previous block, so no load waits on the one before. The tail is
- * copied into NUL padding, which is never valid, so nothing past `end` is
- * committed and the last step always stops; it is outside the loop so the
- * loop makes no calls. s->depth stays the base until the loop stops. */
-#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                                        \
-    static cursor name(scanner *s, cursor p, cursor end, int *after)                                 \
-    {                                                                                                \
-        int base = s->depth, base_object = s->is_object[base];                                       \
-        block_stream st = {.carry = {.comma = 1}, .depth = base, .commit_depth = base, .commit = p}; \
-        unsigned char pad[64];                                                                       \
-        block_masks m;                                                                               \
-        cursor out = p;                                                                              \
-                                                                                                     \
-        for (; end - p >= 64; p += 64) {                                                             \
-            classify_fn(p, &m);                                                                      \
-            if (block_step(s, &st, &m, p, base, base_object, &out, after))                           \
-                return out;                                                                          \
-        }                                                                                            \
-        memset(pad, 0, sizeof(pad));                                                                 \
-        memcpy(pad, p, (size_t)(end - p));                                                           \
-        classify_fn(pad, &m);                                                                        \
-        (void)block_step(s, &st, &m, p, base, base_object, &out, after);                             \
-        return out;                                                                                  \
+ * BLOCK_STRIDE bytes apart whatever they hold, so no load waits on the
+ * checks of the block before. The tail is copied into NUL padding, which is
+ * never valid, so nothing past `end` is committed and the last step always
+ * stops; it is outside the loop so the loop makes no calls. s->depth stays
+ * the base until the loop stops. */
+#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                                         \
+    static cursor name(scanner *s, cursor p, cursor end, int *after)                                  \
+    {                                                                                                 \
+        block_stream st = {p, s->depth, s->is_object[s->depth], s->depth, s->depth, ~UINT64_C(0), 0}; \
+        unsigned char pad[64];                                                                        \
+        block_masks m;                                                                                \
+        cursor out = p;                                                                               \
+        int how = BLOCK_NEXT;                                                                         \
+                                                                                                      \
+        for (; end - p >= 64 && how == BLOCK_NEXT; p += BLOCK_STRIDE) {                               \
+            classify_fn(p, &m);                                                                       \
+            how = block_step(s, &st, &m, p, &out, after);                                             \
+        }                                                                                             \
+        if (how == BLOCK_NEXT) {                                                                      \
+            memset(pad, 0, sizeof(pad));                                                              \
+            memcpy(pad, p, (size_t)(end - p));                                                        \
+            classify_fn(pad, &m);                                                                     \
+            how = block_step(s, &st, &m, p, &out, after);                                             \
+        } else {                                                                                      \
+            p -= BLOCK_STRIDE;                                                                        \
+        }                                                                                             \
+        if (how == BLOCK_LOOK_BACK) {                                                                 \
+            classify_fn(p - BLOCK_STRIDE, &m);                                                        \
+            out = block_look_back(s, &st, &m, p - BLOCK_STRIDE);                                      \
+        }                                                                                             \
+        return out;                                                                                   \
     }
 
 /* clang-format reads a macro-defined function as a declaration. */
