@@ -524,8 +524,10 @@ key_token(scanner *s, cursor key, size_t len, int esc)
  * check the whole grammar of "arrays of [-]int[.frac], no whitespace" with
  * word operations. The path only ever commits a prefix it proved valid and
  * stops at the first byte it is unsure about (exponent, whitespace, string,
- * object, bad byte...), where the scalar scanner takes over and produces the
- * exact same result and error message as if the fast path did not exist. */
+ * object, bad byte...). The scalar scanner takes over after the last ','
+ * before that byte (or at the end of the array, or at its '[' when no ','
+ * is near) and produces the exact same result and error message as if the
+ * fast path did not exist. */
 
 typedef struct block_masks {
     uint64_t digit, zero, minus, dot, comma, open, close;
@@ -687,7 +689,8 @@ pick_simd(void)
 /* Blocks overlap by two bytes: each after the first starts 62 bytes after
  * the one before, so the bytes a check looks back at are in the block
  * itself. Those first two bytes were judged by the block before, with what
- * came before them, and are left out of everything but the look-back. */
+ * came before them, and are left out of everything but the look-back. The
+ * first block's first byte is the array's '[', applied before the loop. */
 #define BLOCK_STRIDE 62
 #define BLOCK_SEEN UINT64_C(3)
 
@@ -695,16 +698,15 @@ pick_simd(void)
 /* Bit i set when byte i breaks the grammar of "arrays of [-]int[.frac]
  * without whitespace". Every byte must be one of 0-9 - . , [ ] and may only
  * follow bytes that can precede it; no leading zero, no second '.' in a
- * number. Bit 0 has no byte before it: `first` says a ',' precedes it (the
- * loop's first block, at a value position), else its bit (and bit 1's, for
- * a leading zero) is meaningless and dropped by the caller. *frac says
- * whether a fraction's digit run reaches bit 0, and is set for the next
- * block, whose bit 0 is this one's bit 62. */
+ * number. Bit 0 has no byte before it, so its bit (and bit 1's, for a
+ * leading zero) is meaningless: the caller drops them, as bytes seen
+ * before. *frac says whether a fraction's digit run reaches bit 0, and is
+ * set for the next block, whose bit 0 is this one's bit 62. */
 static inline __attribute__((always_inline)) uint64_t
-block_errors(const block_masks *m, uint64_t first, uint64_t *frac)
+block_errors(const block_masks *m, uint64_t *frac)
 {
     uint64_t d = m->digit, c = m->comma, o = m->open, x = m->close;
-    uint64_t pd = d << 1, pc = c << 1 | first, po = o << 1, px = x << 1;
+    uint64_t pd = d << 1, pc = c << 1, po = o << 1, px = x << 1;
     uint64_t starts = d & (pc | po | m->minus << 1);
     uint64_t bad = ~(d | m->minus | m->dot | c | o | x), run;
 
@@ -824,7 +826,8 @@ block_commit(scanner *s, const block_masks *m, cursor p, int depth, uint64_t fre
  * brackets before the first bad byte one by one. Returns BLOCK_NEXT when
  * the whole block was valid, else stops the loop here (*out, *after and
  * s->depth set) or asks for the block before, when this one has no ','
- * before its first bad byte. */
+ * before its first bad byte and is not the first. The first one then
+ * commits nothing: the scalar scanner reads the array from its '['. */
 static inline __attribute__((always_inline)) int
 block_slow(scanner *s, block_stream *st, const block_masks *m, uint64_t bad, cursor p, cursor *out, int *after)
 {
@@ -857,14 +860,21 @@ block_slow(scanner *s, block_stream *st, const block_masks *m, uint64_t bad, cur
 }
 
 
-/* One block of the loop, classified into m: see block_slow. */
+/* One block of the loop, classified into m: see block_slow. Its brackets
+ * are counted instead of followed when no stop can fall among them: the
+ * depth stays above the base even if every ']' but those after the first
+ * one's leading '['s came first, and within the limit even if every '['
+ * did. That holds for most blocks of a coordinate list. */
 static inline __attribute__((always_inline)) int
 block_step(scanner *s, block_stream *st, const block_masks *m, cursor p, cursor *out, int *after)
 {
-    uint64_t bad = block_errors(m, st->fresh & 1, &st->frac) & st->fresh;
-    int opens = __builtin_popcountll(m->open & st->fresh), closes = __builtin_popcountll(m->close & st->fresh);
+    uint64_t bad = block_errors(m, &st->frac) & st->fresh;
+    uint64_t open = m->open & st->fresh, close = m->close & st->fresh;
+    int opens = __builtin_popcountll(open), closes = __builtin_popcountll(close);
+    int leading = __builtin_popcountll(open & (close - 1) & ~close); /* before the first ']' */
 
-    if (__builtin_expect(!bad && st->depth - closes > st->base && st->depth + opens <= RELAY_JSON_MAX_DEPTH, 1)) {
+    if (__builtin_expect(!bad && st->depth + leading - closes > st->base && st->depth + opens <= RELAY_JSON_MAX_DEPTH,
+                         1)) {
         st->prev_depth = st->depth;
         st->depth += opens - closes;
         st->fresh = ~BLOCK_SEEN;
@@ -876,13 +886,14 @@ block_step(scanner *s, block_stream *st, const block_masks *m, cursor p, cursor 
 
 /* The stop needs the last ',' of the block before, at p (classified into
  * m), which was valid throughout; with none there either, nothing is
- * committed. */
+ * committed (a number longer than a block, say: rare enough that the blocks
+ * before are not searched). */
 static cursor
 block_look_back(scanner *s, const block_stream *st, const block_masks *m, cursor p)
 {
     cursor out = st->start;
 
-    if (!block_commit(s, m, p, st->prev_depth, p == st->start ? ~UINT64_C(0) : ~BLOCK_SEEN, 64, &out)) {
+    if (!block_commit(s, m, p, st->prev_depth, p == st->start ? ~UINT64_C(1) : ~BLOCK_SEEN, 64, &out)) {
         s->depth = st->base;
     }
     return out;
@@ -896,32 +907,32 @@ block_look_back(scanner *s, const block_stream *st, const block_masks *m, cursor
  * never valid, so nothing past `end` is committed and the last step always
  * stops; it is outside the loop so the loop makes no calls. s->depth stays
  * the base until the loop stops. */
-#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                                         \
-    static cursor name(scanner *s, cursor p, cursor end, int *after)                                  \
-    {                                                                                                 \
-        block_stream st = {p, s->depth, s->is_object[s->depth], s->depth, s->depth, ~UINT64_C(0), 0}; \
-        unsigned char pad[64];                                                                        \
-        block_masks m;                                                                                \
-        cursor out = p;                                                                               \
-        int how = BLOCK_NEXT;                                                                         \
-                                                                                                      \
-        for (; end - p >= 64 && how == BLOCK_NEXT; p += BLOCK_STRIDE) {                               \
-            classify_fn(p, &m);                                                                       \
-            how = block_step(s, &st, &m, p, &out, after);                                             \
-        }                                                                                             \
-        if (how == BLOCK_NEXT) {                                                                      \
-            memset(pad, 0, sizeof(pad));                                                              \
-            memcpy(pad, p, (size_t)(end - p));                                                        \
-            classify_fn(pad, &m);                                                                     \
-            how = block_step(s, &st, &m, p, &out, after);                                             \
-        } else {                                                                                      \
-            p -= BLOCK_STRIDE;                                                                        \
-        }                                                                                             \
-        if (how == BLOCK_LOOK_BACK) {                                                                 \
-            classify_fn(p - BLOCK_STRIDE, &m);                                                        \
-            out = block_look_back(s, &st, &m, p - BLOCK_STRIDE);                                      \
-        }                                                                                             \
-        return out;                                                                                   \
+#define DEFINE_SKIP_BLOCKS(name, classify_fn)                                                                 \
+    static cursor name(scanner *s, cursor p, cursor end, int *after)                                          \
+    {                                                                                                         \
+        block_stream st = {p, s->depth, s->is_object[s->depth], s->depth + 1, s->depth + 1, ~UINT64_C(1), 0}; \
+        unsigned char pad[64];                                                                                \
+        block_masks m;                                                                                        \
+        cursor out = p;                                                                                       \
+        int how = BLOCK_NEXT;                                                                                 \
+                                                                                                              \
+        for (; end - p >= 64 && how == BLOCK_NEXT; p += BLOCK_STRIDE) {                                       \
+            classify_fn(p, &m);                                                                               \
+            how = block_step(s, &st, &m, p, &out, after);                                                     \
+        }                                                                                                     \
+        if (how == BLOCK_NEXT) {                                                                              \
+            memset(pad, 0, sizeof(pad));                                                                      \
+            memcpy(pad, p, (size_t)(end - p));                                                                \
+            classify_fn(pad, &m);                                                                             \
+            how = block_step(s, &st, &m, p, &out, after);                                                     \
+        } else {                                                                                              \
+            p -= BLOCK_STRIDE;                                                                                \
+        }                                                                                                     \
+        if (how == BLOCK_LOOK_BACK) {                                                                         \
+            classify_fn(p - BLOCK_STRIDE, &m);                                                                \
+            out = block_look_back(s, &st, &m, p - BLOCK_STRIDE);                                              \
+        }                                                                                                     \
+        return out;                                                                                           \
     }
 
 /* clang-format reads a macro-defined function as a declaration. */
@@ -949,6 +960,12 @@ skip_number_arrays(scanner *s, cursor p, cursor end, int *after)
     int base = s->depth, level;
     cursor q;
 
+    /* The loop opens the array before its first block; at the limit, the
+     * scalar scanner reports it too deep. */
+    if (base == RELAY_JSON_MAX_DEPTH) {
+        *after = 0;
+        return p;
+    }
 #if SCAN_AVX2
     if (simd_level == RELAY_JSON_SIMD_AVX512) {
         q = skip_blocks_avx512(s, p, end, after);
@@ -1074,9 +1091,10 @@ scan_plain_pair(scanner *s, cursor p)
     scan_error ignored;
     unsigned stops, rest, mask;
 
-    /* 48 bytes hold both 16-byte loads below and what follows the value.
-     * Off with the SIMD paths, so that tests have the general path to
-     * compare it with. */
+    /* 48 bytes hold the two 16-byte loads at the key and the byte after a
+     * value that ends in them; a value that goes on past them has its own
+     * bound below. Off with the SIMD paths, so that tests have the general
+     * path to compare it with. */
     if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"') {
         return NULL;
     }
@@ -1091,7 +1109,10 @@ scan_plain_pair(scanner *s, cursor p)
     }
     if (*v == '"') {
         /* Past the key's closing quote and the value's opening one (':' is
-         * not a stop, so they are the two lowest bits). */
+         * not a stop, so they are the two lowest bits). A key of 30 or 31
+         * bytes leaves the opening one outside the mask: `rest` is then 0,
+         * as for a value that ends beyond it, and the value is read after
+         * its quote. */
         rest = stops & (stops - 1);
         rest &= rest - 1;
         if (rest) {

@@ -408,8 +408,8 @@ test_block_carries(void)
 
 /* Numbers longer than a block: a block with no ',' at all, a fraction or a
  * leading zero whose digits run on across one or two block boundaries, and
- * then a trap, so that the verdict and the last proven ',' come from blocks
- * before the one that fails. */
+ * then a trap, so that the verdict comes from blocks before the one that
+ * fails, and the last proven ',' from the block before it or none. */
 static void
 test_block_long_runs(void)
 {
@@ -480,14 +480,29 @@ test_block_depth(void)
         buf[n++] = '}';
         CHECK(agree(buf, n));
     }
+    /* d objects, then a list of numbers: the block path is asked to start
+     * at the depth limit itself, where the list may not open. */
+    for (d = 508; d <= 514; d++) {
+        n = 0;
+        for (i = 0; i < d; i++) {
+            memcpy(buf + n, "{\"a\":", 5);
+            n += 5;
+        }
+        n += (size_t)sprintf(buf + n, "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26]");
+        for (i = 0; i < d; i++) {
+            buf[n++] = '}';
+        }
+        CHECK(agree(buf, n));
+    }
     free(buf);
 }
 
 
 /* A list of pairs under d arrays ({"a":[[...[[1.5,2],[3,4.25],...]...]]}):
- * blocks of "],[" count their brackets instead of following them, so every
- * block boundary lands at depths around the base and the limit, with the
- * list cut short or closed one bracket too many or too few. */
+ * most blocks count their brackets instead of following them (when no stop
+ * can fall among them), so every block boundary lands at depths around the
+ * base and the limit, with the list cut short or closed one bracket too
+ * many or too few. */
 static void
 test_block_counted(void)
 {
