@@ -1083,7 +1083,7 @@ scan_scalar(scanner *s, cursor p, int32_t slot, scan_error *err)
  * instead of a second load at an address that waits on the first. Pairs are
  * read one after another, so that wait was most of a pair's time. */
 static inline __attribute__((always_inline)) cursor
-scan_plain_pair(scanner *s, cursor p)
+scan_plain_pair(scanner *s, cursor p, cursor end)
 {
 #ifdef __SSE2__
     cursor key = p + 1, key_end, v, from, to, after;
@@ -1091,11 +1091,8 @@ scan_plain_pair(scanner *s, cursor p)
     scan_error ignored;
     unsigned stops, rest, mask;
 
-    /* 48 bytes hold the two 16-byte loads at the key and the byte after a
-     * value that ends in them; a value that goes on past them has its own
-     * bound below. Off with the SIMD paths, so that tests have the general
-     * path to compare it with. */
-    if (simd_level == RELAY_JSON_SIMD_OFF || s->end - p < 48 || *p != '"') {
+    /* The caller leaves 48 bytes from p (see scan_plain_pairs). */
+    if (*p != '"') {
         return NULL;
     }
     stops = plain_stops16(key) | plain_stops16(key + 16) << 16;
@@ -1117,7 +1114,7 @@ scan_plain_pair(scanner *s, cursor p)
         rest &= rest - 1;
         if (rest) {
             to = key + __builtin_ctz(rest);
-        } else if (s->end - v < 17 || !(mask = plain_stops16(v + 1))) {
+        } else if (end - v < 17 || !(mask = plain_stops16(v + 1))) {
             return NULL;
         } else {
             to = v + 1 + __builtin_ctz(mask);
@@ -1128,7 +1125,7 @@ scan_plain_pair(scanner *s, cursor p)
         from = v + 1;
         after = to + 1;
     } else if (*v == '-' || (unsigned)(*v - '0') < 10) {
-        if (!(after = scan_number(v, s->end, &ignored)) || after == s->end) {
+        if (!(after = scan_number(v, end, &ignored)) || after == end) {
             return NULL;
         }
         type = RELAY_JSON_NUMBER;
@@ -1137,7 +1134,7 @@ scan_plain_pair(scanner *s, cursor p)
     } else {
         return NULL;
     }
-    if (after >= s->end || (*after != ',' && *after != '}')) {
+    if (after >= end || (*after != ',' && *after != '}')) {
         return NULL;
     }
     report_scalar(s, key_token(s, key, (size_t)(key_end - key), 0), type, from, to, 0);
@@ -1145,6 +1142,7 @@ scan_plain_pair(scanner *s, cursor p)
 #else
     (void)s;
     (void)p;
+    (void)end;
     return NULL;
 #endif
 }
@@ -1152,21 +1150,28 @@ scan_plain_pair(scanner *s, cursor p)
 
 /* scan_plain_pair over the pairs of an object while ',' joins them. Returns
  * where the general path goes on: at a key (*at_key set), or at the '}'
- * after the last pair read. */
+ * after the last pair read. 48 bytes from a pair's quote hold the pair
+ * path's two 16-byte loads at the key and the byte after a value that ends
+ * in them; a value that goes on past them has its own bound. The path is
+ * off with the SIMD paths, so that tests have the general path to compare
+ * it with. */
 static inline cursor
 scan_plain_pairs(scanner *s, cursor p, int *at_key)
 {
-    cursor q;
+    cursor q, end = s->end;
 
     *at_key = 1;
-    while ((q = scan_plain_pair(s, p)) != NULL) {
+    if (simd_level == RELAY_JSON_SIMD_OFF) {
+        return p;
+    }
+    while (end - p >= 48 && (q = scan_plain_pair(s, p, end)) != NULL) {
         if (*q == '}') {
             *at_key = 0;
             return q;
         }
         p = q + 1;
-        if (p < s->end && is_space[*p]) {
-            p = skip_space(s, p, s->end);
+        if (p < end && is_space[*p]) {
+            p = skip_space(s, p, end);
         }
     }
     return p;
